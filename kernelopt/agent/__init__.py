@@ -1,0 +1,1 @@
+"""The search loop and the command line. Depends on every other package; nothing imports it."""

@@ -1,0 +1,1 @@
+"""Rewards computed from evaluation results (see DESIGN.md); depends on sandbox and kernelbench."""

@@ -1,0 +1,15 @@
+"""Isolated compile + run of candidates and the referee's verdict (see DESIGN.md).
+
+Heavy imports (torch) happen on first use, so `kernelopt --help` stays fast.
+"""
+
+from kernelopt.sandbox.results import EvalOptions, EvalResult
+
+__all__ = ["EvalOptions", "EvalResult", "evaluate"]
+
+
+def evaluate(problem, candidate_source, options=None):
+    """Judge a candidate against a problem's reference; see kernelopt.sandbox.evaluate."""
+    from kernelopt.sandbox.evaluate import evaluate as _evaluate
+
+    return _evaluate(problem, candidate_source, options)

@@ -1,0 +1,169 @@
+"""The comparison of candidate outputs against reference outputs, done in the host process.
+
+Two levels:
+- full comparison (correctness trials): every element, `allclose(atol, rtol)` as KernelBench
+  does, plus a magnitude-aware bound on ||out - ref|| / ||ref|| so that an output which ignores
+  its input (zeros, a constant) cannot pass where the reference output is below the tolerance;
+- fingerprint comparison (every timed call): sums the worker computed over each output, checked
+  against bounds that any output passing the full comparison is guaranteed to meet.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kernelopt.sandbox.results import EvalOptions, TrialResult
+
+# Relative L2 error above this on a float32/float64 reference means the candidate computed in
+# lower precision (fp16/bf16/TF32 arithmetic show ~1e-4 to 1e-2; fp32 reordering ~1e-6).
+REDUCED_PRECISION_REL_L2 = 1e-4
+
+
+class BadOutputBlob(ValueError):
+    """A worker sent something that is not a list of plain tensors."""
+
+
+def load_tensors(blob: bytes) -> list[torch.Tensor]:
+    """Deserialize a worker's outputs safely: weights_only refuses arbitrary pickled objects."""
+    try:
+        value = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - any failure means the blob is unusable
+        raise BadOutputBlob(f"unreadable output blob: {type(exc).__name__}: {exc}") from None
+    if type(value) is not list or not all(type(t) is torch.Tensor for t in value):
+        raise BadOutputBlob("output blob is not a list of plain tensors")
+    return value
+
+
+@dataclass
+class Comparison:
+    passed: bool
+    message: str
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    rel_l2_error: float | None = None
+    mismatch_fraction: float | None = None
+    reduced_precision: bool = False
+
+
+def compare_outputs(candidate: list[torch.Tensor], reference: list[torch.Tensor],
+                    options: EvalOptions) -> Comparison:
+    if len(candidate) != len(reference):
+        return Comparison(False, f"returned {len(candidate)} tensor(s), expected {len(reference)}")
+    worst = Comparison(True, "")
+    for index, (out, ref) in enumerate(zip(candidate, reference)):
+        result = compare_tensor(out, ref, options)
+        label = f"output {index}: " if len(reference) > 1 else ""
+        if not result.passed:
+            result.message = label + result.message
+            return result
+        worst = _worse(worst, result)
+    return worst
+
+
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, options: EvalOptions) -> Comparison:
+    if out.shape != ref.shape:
+        return Comparison(False, f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
+    if out.dtype != ref.dtype:
+        return Comparison(False, f"dtype {out.dtype} != expected {ref.dtype}")
+    if ref.numel() == 0:
+        return Comparison(True, "", 0.0, 0.0, 0.0, 0.0)
+    if not (ref.is_floating_point() or ref.is_complex()):
+        mismatches = (out != ref).sum().item()
+        fraction = mismatches / ref.numel()
+        ok = mismatches == 0
+        return Comparison(ok, "" if ok else f"{mismatches} of {ref.numel()} values differ (exact dtype)",
+                          mismatch_fraction=fraction)
+    o, r = _as_float64(out), _as_float64(ref)
+    nan_out, nan_ref = torch.isnan(o), torch.isnan(r)
+    if not torch.equal(nan_out, nan_ref):
+        return Comparison(False, f"NaN at {int((nan_out != nan_ref).sum())} position(s) where the reference has none (or vice versa)")
+    close = torch.isclose(o, r, rtol=options.rtol, atol=options.atol, equal_nan=True)
+    finite = torch.isfinite(r) & torch.isfinite(o)
+    diff = torch.where(finite, (o - r).abs(), torch.zeros_like(o))
+    max_abs = diff.max().item()
+    rel = diff / r.abs().clamp_min(1e-30)
+    max_rel = torch.where(finite, rel, torch.zeros_like(rel)).max().item()
+    ref_norm = torch.linalg.vector_norm(torch.where(finite, r, torch.zeros_like(r))).item()
+    diff_norm = torch.linalg.vector_norm(diff).item()
+    rel_l2 = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+    mismatch = 1.0 - close.double().mean().item()
+    stats = dict(max_abs_error=max_abs, max_rel_error=max_rel, rel_l2_error=rel_l2, mismatch_fraction=mismatch)
+    if mismatch > 0:
+        return Comparison(False, f"{mismatch:.2%} of values outside atol={options.atol}, rtol={options.rtol} "
+                                 f"(max abs error {max_abs:.3g})", **stats)
+    bound = options.effective_max_rel_error()
+    if rel_l2 > bound:
+        return Comparison(False, f"relative L2 error {rel_l2:.3g} exceeds {bound:g} although every element "
+                                 f"is within atol (reference magnitude {ref_norm / math.sqrt(ref.numel()):.3g} RMS "
+                                 f"is below the tolerance): the output does not follow the input", **stats)
+    reduced = ref.dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128) and \
+        rel_l2 > REDUCED_PRECISION_REL_L2
+    return Comparison(True, "", reduced_precision=reduced, **stats)
+
+
+def _as_float64(t: torch.Tensor) -> torch.Tensor:
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.to(torch.float64).reshape(-1)
+
+
+def _worse(a: Comparison, b: Comparison) -> Comparison:
+    def key(c: Comparison) -> float:
+        return c.rel_l2_error or 0.0
+    worse = b if key(b) >= key(a) else a
+    worse.reduced_precision = a.reduced_precision or b.reduced_precision
+    return worse
+
+
+def trial_result(index: int, seed: int, comparison: Comparison) -> TrialResult:
+    return TrialResult(index=index, seed=seed, passed=comparison.passed, message=comparison.message,
+                       max_abs_error=comparison.max_abs_error, max_rel_error=comparison.max_rel_error,
+                       rel_l2_error=comparison.rel_l2_error, mismatch_fraction=comparison.mismatch_fraction)
+
+
+# -- fingerprints ----------------------------------------------------------------------------
+
+def compare_fingerprints(candidate: list[list[float]], reference: list[list[float]],
+                         reference_meta: list[list], options: EvalOptions) -> str | None:
+    """None when the candidate's fingerprints are consistent with the reference's, else why not.
+
+    For an output c with |c_i - r_i| <= atol + rtol |r_i| for every i (what allclose accepts):
+      |sum c - sum r|, ||c|_1 - |r|_1|, |sum w c - sum w r|  <=  n atol + rtol |r|_1
+      | ||c||_2 - ||r||_2 |  <=  sqrt(n) atol + rtol ||r||_2,
+    and the relative L2 bound of the full comparison gives | ||c||_2 - ||r||_2 | <= b ||r||_2.
+    Integer and boolean outputs must match exactly. `reference_meta` is [shape, dtype, device]
+    per output.
+    """
+    if len(candidate) != len(reference):
+        return f"returned {len(candidate)} tensor(s), expected {len(reference)}"
+    for index, (c, r, meta) in enumerate(zip(candidate, reference, reference_meta)):
+        if len(c) != 7 or not all(isinstance(v, (int, float)) for v in c):
+            return "malformed fingerprint"
+        n = math.prod(meta[0])
+        if not _is_floating(meta[1]):
+            if list(c) != list(r):
+                return f"output {index}: values differ from the reference's (exact dtype {meta[1]})"
+            continue
+        c_sum, c_abs, c_sq, c_w, *c_special = c
+        r_sum, r_abs, r_sq, r_w, *r_special = r
+        if [int(v) for v in c_special] != [int(v) for v in r_special]:
+            return f"output {index}: NaN/inf counts {c_special} differ from the reference's {r_special}"
+        slack = 1e-9 * (r_abs + 1.0)
+        linear_bound = n * options.atol + options.rtol * r_abs + slack
+        for label, cv, rv in (("sum", c_sum, r_sum), ("abs-sum", c_abs, r_abs), ("weighted sum", c_w, r_w)):
+            if not abs(cv - rv) <= linear_bound:
+                return f"output {index}: {label} {cv:.6g} differs from the reference's {rv:.6g}"
+        c_norm, r_norm = math.sqrt(max(c_sq, 0.0)), math.sqrt(max(r_sq, 0.0))
+        norm_bound = min(math.sqrt(n) * options.atol + options.rtol * r_norm,
+                         options.effective_max_rel_error() * r_norm) + slack
+        if not abs(c_norm - r_norm) <= norm_bound:
+            return f"output {index}: L2 norm {c_norm:.6g} differs from the reference's {r_norm:.6g}"
+    return None
+
+
+def _is_floating(dtype_name: str) -> bool:
+    return any(word in dtype_name for word in ("float", "complex", "half", "bfloat"))

@@ -1,0 +1,477 @@
+"""The referee: `evaluate(problem, candidate_source, options) -> EvalResult`.
+
+One evaluation starts two sandboxed workers, one hosting the reference and one the candidate,
+so the candidate never shares an interpreter with reference outputs, the comparison or the
+verdict. The host (this module) picks secret seeds, asks both workers to run the same input
+sets, compares what comes back and decides. See DESIGN.md for the threat model.
+
+Phases: load (the candidate's compile happens here) -> correctness trials (full outputs,
+input digests) -> timing (interleaved rounds, fingerprints of every timed call checked) ->
+verdict. The first rule broken ends the evaluation with that verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ValidationError
+
+from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.sandbox import compare, isolation, labels, timing
+from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.results import (
+    Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
+)
+
+INIT_SEED = 42  # KernelBench seeds 42 before get_init_inputs, Model(...) and ModelNew(...)
+_ROUND_TARGET_S = 0.05  # aim for rounds of about this long, so interleaving stays fine-grained
+_MAX_CALLS_PER_ROUND = 50
+_LOG_EXCERPT = 8000
+
+
+class Verdict(Exception):
+    """Ends an evaluation early with a status (control flow, not an error)."""
+
+    def __init__(self, status: str, message: str, flags: tuple[str, ...] = (), log: str = ""):
+        super().__init__(message)
+        self.status, self.message, self.flags, self.log = status, message, list(flags), log
+
+
+class CallRecord(BaseModel):
+    seed: int
+    ms: float
+    host_ms: float
+    meta: list[tuple[list[int], str, str]]
+    aliases_input: bool
+    fingerprints: list[list[float]]
+    inputs_before: str | None = None
+    inputs_after: str | None = None
+
+
+class RunReply(BaseModel):
+    """A worker's answer to `run`. Validated: a candidate worker's messages are untrusted."""
+
+    calls: list[CallRecord]
+    extension_calls: int = 0
+    extension_calls_total: int = 0
+    builds: list[dict] = []
+    changed_settings: list[str] = []
+    violations: list[dict] = []
+    native_thread_growth: int = 0
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' -> 'cuda:0' when CUDA is available, else 'cpu'; validate the rest."""
+    if requested == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if requested == "cuda" or requested.startswith("cuda:"):
+        index = 0 if requested == "cuda" else requested.split(":", 1)[1]
+        if not str(index).isdigit():
+            raise ValueError(f"invalid device {requested!r}: use auto, cpu, cuda or cuda:N")
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {requested!r} requested but CUDA is not available here")
+        if int(index) >= torch.cuda.device_count():
+            raise ValueError(f"device {requested!r}: only {torch.cuda.device_count()} CUDA device(s)")
+        return f"cuda:{index}"
+    raise ValueError(f"invalid device {requested!r}: use auto, cpu, cuda or cuda:N")
+
+
+def default_memory_limit() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def evaluate(problem: Problem, candidate_source: str, options: EvalOptions | None = None) -> EvalResult:
+    """Judge one candidate against the reference. Raises ProblemError when the reference itself
+    fails, ValueError for an unusable device and IsolationError for an unusable backend; every
+    failure of the candidate is a verdict."""
+    options = options or EvalOptions()
+    device = resolve_device(options.device)
+    backend = isolation.select_backend(options.isolation)
+    session = _Session(problem, candidate_source, options, device, backend)
+    try:
+        return session.run()
+    finally:
+        session.close()
+
+
+class _Session:
+    def __init__(self, problem: Problem, source: str, options: EvalOptions, device: str,
+                 backend: isolation.Backend):
+        self.problem, self.source, self.options = problem, source, options
+        self.device, self.backend = device, backend
+        self.memory_limit = options.memory_limit or default_memory_limit()
+        self.started = time.monotonic()
+        self.deadline = self.started + options.timeout
+        self.durations: dict[str, float] = {}
+        self.checks: list[Check] = []
+        self.flags: list[str] = []
+        self.trials: list[TrialResult] = []
+        self.timing: Timing | None = None
+        self.environment: dict | None = None
+        self.labels_source: dict = {}
+        self.reduced_precision = False
+        self._seed_source = secrets.SystemRandom() if options.seed is None else _seeded(options.seed)
+        self.workdir = Path(tempfile.mkdtemp(prefix="kernelopt-eval-"))
+        self.candidate = self.reference = None
+
+    # -- the phases -------------------------------------------------------------------------
+
+    def run(self) -> EvalResult:
+        try:
+            self._phase("startup", self._start_workers)
+            self._phase("load", self._load)
+            self._phase("correctness", self._check_correctness)
+            self._phase("timing", self._measure)
+        except Verdict as verdict:
+            return self._result(verdict.status, verdict.message, verdict.flags, verdict.log)
+        except WorkerTimeout as exc:
+            return self._result("timeout", f"{exc} (limit {self.options.timeout:g} s)")
+        except WorkerDied as exc:
+            if exc.memory_exceeded:
+                return self._result("rejected", str(exc), ["memory_limit"])
+            return self._result("runtime_error", str(exc))
+        return self._result("correct", self._correct_message())
+
+    def _phase(self, name: str, step) -> None:
+        begin = time.monotonic()
+        try:
+            step()
+        finally:
+            self.durations[name] = round(time.monotonic() - begin, 4)
+
+    def _start_workers(self) -> None:
+        for role in ("reference", "candidate"):
+            (self.workdir / role).mkdir()
+            (self.workdir / role / "problem.py").write_text(self.problem.source)
+        (self.workdir / "candidate" / "candidate.py").write_text(self.source)
+        common = dict(backend=self.backend, device=self.device, memory_limit=self.memory_limit)
+        self.reference = WorkerProcess("reference", scratch=self.workdir / "reference", **common)
+        self.candidate = WorkerProcess("candidate", scratch=self.workdir / "candidate", **common)
+        for worker in (self.reference, self.candidate):
+            hello, _ = self._receive(worker)
+            if hello.get("hello") != 1:
+                raise Verdict("rejected", "worker protocol mismatch", ("protocol_violation",))
+
+    def _load(self) -> None:
+        fingerprint_seed = self._new_seed()
+        base = {"cmd": "load", "device": self.device, "init_seed": INIT_SEED,
+                "fingerprint_seed": fingerprint_seed}
+        scratch = {w: str(self.workdir / w.role) for w in (self.reference, self.candidate)}
+        replies = self._ask_both({
+            self.candidate: {**base, "problem_path": scratch[self.candidate] + "/problem.py",
+                             "candidate_path": scratch[self.candidate] + "/candidate.py"},
+            self.reference: {**base, "problem_path": scratch[self.reference] + "/problem.py"},
+        })
+        cand, ref = replies[self.candidate], replies[self.reference]
+        self.environment = ref.get("environment")
+        self._remember_labels(cand)
+        self._raise_violations(cand.get("violations", []))
+        if cand.get("init_digest") != ref.get("init_digest"):
+            raise Verdict("rejected", "the candidate changed the problem's init inputs", ("inputs_differ",))
+        self.checks.append(Check(name="load", passed=True, detail="reference and candidate loaded"))
+
+    def _check_correctness(self) -> None:
+        seeds = [self._new_seed() for _ in range(self.options.correctness_trials)]
+        message = {"cmd": "run", "seeds": seeds, "hash_inputs": True, "return_outputs": True}
+        replies, blobs = self._ask_both({self.candidate: message, self.reference: message}, with_blobs=True)
+        cand = self._parse_run(replies[self.candidate], seeds)
+        ref = self._parse_run(replies[self.reference], seeds, trusted=True)
+        self._raise_violations(cand.violations)
+        for index, (c, r) in enumerate(zip(cand.calls, ref.calls)):
+            self._check_call_invariants(c, r)
+            self._check_inputs(c, r)
+            try:
+                out = compare.load_tensors(blobs[self.candidate][index])
+            except (compare.BadOutputBlob, IndexError) as exc:
+                raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
+            comparison = compare.compare_outputs(out, compare.load_tensors(blobs[self.reference][index]),
+                                                 self.options)
+            self.reduced_precision |= comparison.reduced_precision
+            self.trials.append(compare.trial_result(index, seeds[index], comparison))
+        failed = [t for t in self.trials if not t.passed]
+        self.checks.append(Check(name="correctness", passed=not failed,
+                                 detail=f"{len(self.trials) - len(failed)}/{len(self.trials)} trials passed"))
+        if failed:
+            raise Verdict("incorrect", f"trial {failed[0].index}: {failed[0].message}")
+        self._judge_precision()
+
+    def _measure(self) -> None:
+        stats = self._timing_phase()
+        speedups = [stats.reference.median_ms / stats.candidate.median_ms]
+        if speedups[0] > self.options.outlier_speedup:
+            again = self._timing_phase()
+            speedups.append(again.reference.median_ms / again.candidate.median_ms)
+            if speedups[1] < speedups[0]:
+                stats = again
+            stats.remeasured = True
+        stats.speedups_measured = [round(s, 6) for s in speedups]
+        self.timing = stats
+
+    # -- timing -----------------------------------------------------------------------------
+
+    def _timing_phase(self) -> Timing:
+        """Interleaved rounds until the spread settles, the sample cap or the time budget."""
+        warm = self._timed_round(self._new_seeds(self.options.warmup_calls), flip=False)
+        slowest_s = max(statistics.median(warm[0]), statistics.median(warm[1])) / 1e3
+        per_round = max(1, min(_MAX_CALLS_PER_ROUND, int(_ROUND_TARGET_S / max(slowest_s, 1e-6))))
+        cand_ms, ref_ms, cand_over, ref_over = [], [], [], []
+        budget_end = time.monotonic() + self.options.timing_budget
+        rounds = 0
+        while True:
+            c, r, c_over, r_over = self._timed_round(self._new_seeds(per_round), flip=rounds % 2 == 1)
+            cand_ms += c
+            ref_ms += r
+            cand_over.append(c_over)
+            ref_over.append(r_over)
+            rounds += 1
+            if self._timing_done(cand_ms, ref_ms, budget_end, per_round * slowest_s * 2):
+                break
+        cand_stats, ref_stats = timing.summarize(cand_ms), timing.summarize(ref_ms)
+        overhead_c, overhead_r = statistics.median(cand_over), statistics.median(ref_over)
+        self._check_wall_clock(cand_stats.median_ms, overhead_c, overhead_r)
+        wall_speedup = (ref_stats.median_ms + overhead_r) / (cand_stats.median_ms + overhead_c)
+        method = ("cuda events + device-wide synchronize, L2 flushed before each call"
+                  if self.device.startswith("cuda") else "host perf_counter per call")
+        return Timing(method=method, reference=ref_stats, candidate=cand_stats, rounds=rounds,
+                      calls_per_round=per_round, wall_speedup=wall_speedup,
+                      reference_overhead_ms=overhead_r, candidate_overhead_ms=overhead_c)
+
+    def _timing_done(self, cand_ms, ref_ms, budget_end: float, round_s: float) -> bool:
+        options = self.options
+        if min(len(cand_ms), len(ref_ms)) >= options.max_timed_calls:
+            return True
+        enough = min(len(cand_ms), len(ref_ms)) >= options.min_timed_calls
+        settled = all(timing.spread_settled(s, options.min_timed_calls, options.target_rel_spread)
+                      for s in (cand_ms, ref_ms))
+        out_of_time = time.monotonic() + round_s > min(budget_end, self.deadline - 1.0)
+        return enough and (settled or out_of_time)
+
+    def _timed_round(self, seeds: list[int], flip: bool):
+        """One round: candidate then reference (or the reverse), the same secret inputs.
+        Returns per-call ms of both and each side's per-call overhead seen by the host clock."""
+        message = {"cmd": "run", "seeds": seeds, "timed": True}
+        order = [self.reference, self.candidate] if flip else [self.candidate, self.reference]
+        replies, walls = {}, {}
+        for worker in order:
+            begin = time.perf_counter()
+            reply, _ = self._ask(worker, message)
+            walls[worker] = (time.perf_counter() - begin) * 1e3
+            replies[worker] = reply
+        cand = self._parse_run(replies[self.candidate], seeds)
+        ref = self._parse_run(replies[self.reference], seeds, trusted=True)
+        self._raise_violations(cand.violations)
+        self._check_native_threads(cand, ref)
+        for c, r in zip(cand.calls, ref.calls):
+            self._check_call_invariants(c, r)
+            mismatch = compare.compare_fingerprints(c.fingerprints, r.fingerprints, [list(m) for m in r.meta],
+                                                    self.options)
+            if mismatch:
+                raise Verdict("incorrect", f"a timed call's output does not match the reference ({mismatch}): "
+                                           "correct when checked, wrong when timed", ("inconsistent_outputs",))
+        self._remember_labels(replies[self.candidate])
+        cand_ms, ref_ms = [c.ms for c in cand.calls], [r.ms for r in ref.calls]
+        n = len(seeds)
+        return (cand_ms, ref_ms, (walls[self.candidate] - sum(cand_ms)) / n,
+                (walls[self.reference] - sum(ref_ms)) / n)
+
+    def _check_wall_clock(self, cand_median_ms: float, overhead_c: float, overhead_r: float) -> None:
+        """The host's clock bounds what the candidate's process can claim. Both workers run the
+        same harness, so their per-call time outside the timed region should match; work the
+        candidate moved outside its timed region (or time it under-reported) shows up here."""
+        allowance = max(overhead_r, 0.5) + 0.25 * cand_median_ms
+        excess = overhead_c - overhead_r
+        passed = excess <= allowance
+        self.checks.append(Check(name="wall_clock_consistency", passed=passed,
+                                 detail=f"per-call time outside the timed region: candidate {overhead_c:.3f} ms, "
+                                        f"reference {overhead_r:.3f} ms"))
+        if not passed:
+            raise Verdict("rejected", f"the candidate spends {excess:.3f} ms per call outside its timed region "
+                                      "(work hidden from the timer, or forged timings)", ("timing_inconsistent",))
+
+    # -- invariants -------------------------------------------------------------------------
+
+    def _check_call_invariants(self, c: CallRecord, r: CallRecord) -> None:
+        if c.aliases_input:
+            raise Verdict("rejected", "an output shares memory with an input", ("output_aliases_input",))
+        if len(c.meta) != len(r.meta):
+            raise Verdict("incorrect", f"returned {len(c.meta)} tensor(s), expected {len(r.meta)}")
+        for index, (cm, rm) in enumerate(zip(c.meta, r.meta)):
+            if tuple(cm) != tuple(rm):
+                raise Verdict("incorrect", f"output {index}: shape/dtype/device {list(cm)} != expected {list(rm)}")
+
+    def _check_inputs(self, c: CallRecord, r: CallRecord) -> None:
+        if c.inputs_before != r.inputs_before:
+            raise Verdict("rejected", "the candidate's inputs differ from the reference's: "
+                                      "input generation was tampered with", ("inputs_differ",))
+        reference_mutates = r.inputs_after != r.inputs_before
+        if c.inputs_after != c.inputs_before and not reference_mutates:
+            raise Verdict("rejected", "the candidate modified its inputs", ("input_mutation",))
+
+    def _check_native_threads(self, cand: RunReply, ref: RunReply) -> None:
+        extra = cand.native_thread_growth - ref.native_thread_growth
+        if extra > 0:
+            self.flags.append("native_threads") if "native_threads" not in self.flags else None
+            if not self.device.startswith("cuda"):  # the CUDA driver starts threads lazily
+                raise Verdict("rejected", f"the candidate started {extra} native thread(s) that outlive "
+                                          "its forward", ("native_threads",))
+
+    def _raise_violations(self, violations: list) -> None:
+        if not violations:
+            return
+        flags = tuple(str(v.get("flag", "violation")) for v in violations if isinstance(v, dict))
+        detail = "; ".join(str(v.get("detail", "")) for v in violations if isinstance(v, dict))
+        raise Verdict("rejected", f"the candidate broke a sandbox rule: {detail}", flags or ("violation",))
+
+    def _judge_precision(self) -> None:
+        if not self.reduced_precision:
+            return
+        if self.options.precision_policy == "reject":
+            raise Verdict("rejected", "the error level shows arithmetic below the reference's precision "
+                                      "(precision policy: reject)", ("reduced_precision",))
+        self.flags.append("reduced_precision")
+
+    # -- talking to workers -----------------------------------------------------------------
+
+    def _ask(self, worker: WorkerProcess, message: dict) -> tuple[dict, list[bytes]]:
+        try:
+            worker.send(message)
+            return self._receive(worker, with_blobs=True)
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise self._attribute(worker, exc) from None
+
+    def _ask_both(self, messages: dict, with_blobs: bool = False):
+        """Send to both workers, then collect both replies (they work in parallel)."""
+        for worker, message in messages.items():
+            try:
+                worker.send(message)
+            except (WorkerDied, WorkerTimeout) as exc:
+                raise self._attribute(worker, exc) from None
+        replies, blobs = {}, {}
+        for worker in (self.candidate, self.reference):
+            try:
+                replies[worker], blobs[worker] = self._receive(worker, with_blobs=True)
+            except (WorkerDied, WorkerTimeout) as exc:
+                raise self._attribute(worker, exc) from None
+        return (replies, blobs) if with_blobs else replies
+
+    def _receive(self, worker: WorkerProcess, with_blobs: bool = False):
+        reply, blobs = worker.receive(self.deadline)
+        if not isinstance(reply, dict):
+            raise Verdict("rejected", "malformed reply", ("protocol_violation",))
+        if not reply.get("ok", False):
+            self._fail(worker, reply)
+        return (reply, blobs) if with_blobs else (reply, [])
+
+    def _fail(self, worker: WorkerProcess, reply: dict) -> None:
+        kind, error = str(reply.get("kind", "runtime_error")), str(reply.get("error", "unknown error"))
+        if worker is self.reference:
+            raise ProblemError(self.problem.path, f"the reference failed: {error.strip()}")
+        self._remember_labels(reply)
+        log = str(reply.get("log", ""))[-_LOG_EXCERPT:]
+        if kind == "bad_output":
+            raise Verdict("rejected", error, ("output_not_plain_tensor",))
+        if kind == "compile_error":
+            raise Verdict("compile_error", error, log=log)
+        if reply.get("fatal"):
+            error += "\n(CUDA error: the worker is retired)"
+        raise Verdict("runtime_error", error, log=log)
+
+    def _attribute(self, worker: WorkerProcess, exc: Exception) -> Exception:
+        if worker is self.reference:
+            return ProblemError(self.problem.path, f"the reference worker failed: {exc}\n{worker.log_tail()[-2000:]}")
+        return exc
+
+    def _parse_run(self, reply: dict, seeds: list[int], trusted: bool = False) -> RunReply:
+        try:
+            parsed = RunReply.model_validate(reply)
+        except ValidationError as exc:
+            if trusted:
+                raise
+            raise Verdict("rejected", f"the candidate worker sent a malformed reply: {exc.errors()[:1]}",
+                          ("protocol_violation",)) from None
+        if [c.seed for c in parsed.calls] != seeds or any(
+                not (math.isfinite(c.ms) and c.ms >= 0) for c in parsed.calls):
+            raise Verdict("rejected", "the candidate worker's reply does not match the request",
+                          ("protocol_violation",))
+        return parsed
+
+    def _remember_labels(self, reply: dict) -> None:
+        for key in ("builds", "extension_calls_total", "changed_settings"):
+            if key in reply:
+                self.labels_source[key] = reply[key]
+
+    def _new_seed(self) -> int:
+        return self._seed_source.randrange(1, 2**31 - 1)
+
+    def _new_seeds(self, count: int) -> list[int]:
+        return [self._new_seed() for _ in range(count)]
+
+    # -- result -----------------------------------------------------------------------------
+
+    def _correct_message(self) -> str:
+        t = self.timing
+        note = " (re-measured: outlier)" if t.remeasured else ""
+        return (f"all {len(self.trials)} trials and {t.candidate.samples} timed calls matched the reference; "
+                f"speedup {t.reference.median_ms / t.candidate.median_ms:.3f}x{note}")
+
+    def _result(self, status: str, message: str, flags=(), log: str = "") -> EvalResult:
+        builds = self.labels_source.get("builds", [])
+        builds = builds if isinstance(builds, list) else []
+        calls = self.labels_source.get("extension_calls_total", 0)
+        changed = self.labels_source.get("changed_settings", [])
+        kinds, label_flags = labels.optimization_kinds(
+            self.source, builds, calls if isinstance(calls, int) else 0,
+            changed if isinstance(changed, list) else [])
+        all_flags = list(dict.fromkeys([*self.flags, *flags, *label_flags]))
+        correct = status == "correct"
+        timing_ok = correct and self.timing is not None
+        self.durations["total"] = round(time.monotonic() - self.started, 4)
+        return EvalResult(
+            status=status, correct=correct,
+            speedup=self.timing.reference.median_ms / self.timing.candidate.median_ms if timing_ok else None,
+            reference_ms=self.timing.reference.median_ms if timing_ok else None,
+            candidate_ms=self.timing.candidate.median_ms if timing_ok else None,
+            message=message.strip(), problem_name=self.problem.name, problem_hash=self.problem.content_hash,
+            candidate_hash=_sha256(self.source), trials=self.trials, timing=self.timing if timing_ok else None,
+            checks=self.checks, flags=all_flags, optimization_kinds=kinds, isolation=self._isolation(),
+            environment=Environment(**self.environment) if self.environment else None,
+            compile_log=log, candidate_output=self.candidate.log_tail() if self.candidate else "",
+            durations=self.durations,
+        )
+
+    def _isolation(self) -> Isolation:
+        b = self.backend
+        return Isolation(backend=b.name, network_isolated=b.network_isolated,
+                         filesystem_confined=b.filesystem_confined, pid_namespace=b.pid_namespace,
+                         memory_limit_bytes=self.memory_limit,
+                         memory_limit_mechanism="host watchdog on the resident memory of the worker's process tree",
+                         warnings=list(b.warnings))
+
+    def close(self) -> None:
+        for worker in (self.candidate, self.reference):
+            if worker is not None:
+                worker.close()
+        if not self.options.keep_scratch:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _seeded(seed: int):
+    import random
+
+    return random.Random(seed)
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,162 @@
+"""Isolation backends: how a worker process is confined.
+
+bubblewrap (strongest available without a container runtime): new user, PID, network, IPC and
+UTS namespaces; the root filesystem read-only; fresh /tmp and /dev/shm; the home directory
+hidden; the worker's scratch directory the only writable place.
+unshare: network and PID namespaces only; files are not confined (a warning says so).
+none: a plain process; only the scrubbed environment and the limits (a warning says so).
+
+Every backend gets: an environment built from an allowlist (no API keys, tokens or other
+secrets), its own session (process group) so the host can kill the whole tree, and the host's
+memory watchdog.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Variables a worker may inherit. Everything else (keys, tokens, credentials) is dropped.
+ENV_ALLOWLIST = (
+    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
+    "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "CC", "CXX",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+)
+_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+
+
+class IsolationError(RuntimeError):
+    """The requested backend cannot run on this machine."""
+
+
+@dataclass
+class Backend:
+    name: str
+    network_isolated: bool
+    filesystem_confined: bool
+    pid_namespace: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+def scrubbed_environment(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key in ENV_ALLOWLIST and not any(m in key for m in _SECRET_MARKERS)
+    }
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update({
+        "HOME": str(scratch),
+        "TMPDIR": str(scratch / "tmp"),
+        "TORCH_EXTENSIONS_DIR": str(scratch / "torch_extensions"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra or {})
+    return env
+
+
+def select_backend(choice: str) -> Backend:
+    """Resolve 'auto' to the strongest backend that works here; check an explicit choice."""
+    if choice in ("auto", "bubblewrap") and _bubblewrap_works():
+        return Backend("bubblewrap", True, True, True)
+    if choice == "bubblewrap":
+        raise IsolationError(
+            "bubblewrap is not usable here: install it (apt-get install bubblewrap) and make sure "
+            "unprivileged user namespaces are allowed, or choose --isolation unshare|none"
+        )
+    if choice in ("auto", "unshare") and _unshare_works():
+        warnings = ["files are not confined (unshare backend): install bubblewrap for full isolation"]
+        if choice == "auto":
+            warnings.insert(0, "bubblewrap unavailable; fell back to unshare (network and PID namespaces)")
+        return Backend("unshare", True, False, True, warnings)
+    if choice == "unshare":
+        raise IsolationError("unshare cannot create network/PID namespaces here; choose --isolation none")
+    warnings = ["no namespace isolation available: the candidate can reach the network and the "
+                "filesystem; install bubblewrap (apt-get install bubblewrap)"]
+    return Backend("none", False, False, False, warnings)
+
+
+def wrap_command(backend: Backend, command: list[str], scratch: Path, device: str,
+                 pass_fds: tuple[int, ...]) -> list[str]:
+    """The command line that runs `command` under the backend."""
+    if backend.name == "bubblewrap":
+        return _bubblewrap_prefix(scratch, device) + ["--"] + command
+    if backend.name == "unshare":
+        return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
+                *_unshare_user_flags(), "--"] + command
+    return command
+
+
+def _bubblewrap_prefix(scratch: Path, device: str) -> list[str]:
+    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all",
+            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
+            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run"]
+    if device.startswith("cuda"):
+        for node in sorted(Path("/dev").glob("nvidia*")):
+            args += ["--dev-bind", str(node), str(node)]
+        if Path("/dev/dri").exists():
+            args += ["--dev-bind", "/dev/dri", "/dev/dri"]
+    for hidden in _hidden_directories():
+        args += ["--tmpfs", hidden]
+    for needed in _paths_to_keep_visible():
+        args += ["--ro-bind", needed, needed]
+    args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
+    return args
+
+
+def _hidden_directories() -> list[str]:
+    """Home directories (credentials, shell history, caches of tokens) are replaced by tmpfs."""
+    homes = {os.path.expanduser("~"), "/root", "/home"}
+    return sorted(h for h in homes if h not in ("/", "") and os.path.isdir(h))
+
+
+def _paths_to_keep_visible() -> list[str]:
+    """Interpreter and package paths that live under a hidden directory are bound back."""
+    hidden = _hidden_directories()
+    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[2])}
+    wanted.update(p for p in sys.path if p and os.path.isdir(p))
+    keep = set()
+    for path in wanted:
+        real = os.path.realpath(path)
+        for candidate in {path, real}:
+            if any(candidate == h or candidate.startswith(h.rstrip("/") + "/") for h in hidden):
+                keep.add(candidate)
+    # Bind parents before children so a child bind is not hidden by its parent's.
+    return sorted(keep, key=len)
+
+
+def _unshare_user_flags() -> list[str]:
+    return [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+
+
+@functools.lru_cache(maxsize=None)
+def _bubblewrap_works() -> bool:
+    if shutil.which("bwrap") is None:
+        return False
+    probe = ["bwrap", "--die-with-parent", "--unshare-all", "--ro-bind", "/", "/",
+             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "true"]
+    return _succeeds(probe)
+
+
+@functools.lru_cache(maxsize=None)
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
+             *_unshare_user_flags(), "--", "true"]
+    return _succeeds(probe)
+
+
+def _succeeds(command: list[str]) -> bool:
+    try:
+        return subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False

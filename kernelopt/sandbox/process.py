@@ -1,0 +1,183 @@
+"""A worker process as the host sees it: start, request/reply with deadlines, kill.
+
+The worker runs in its own session so the whole process tree can be killed; a watchdog thread
+sums the resident memory of that tree and kills it past the limit (an address-space rlimit
+would break CUDA, which reserves large virtual ranges). Replies come over a dedicated pipe;
+whatever the program prints goes to a log file the host reads back, size-capped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kernelopt.sandbox import isolation
+from kernelopt.sandbox.worker import wire
+
+_SANDBOX_DIR = Path(__file__).resolve().parent  # holds the `worker` package
+_BOOT = (
+    "import sys; sys.path.insert(0, {path!r}); "
+    "from worker.main import main; main(sys.argv[1:])"
+)
+LOG_TAIL_BYTES = 16 << 10
+
+
+class WorkerDied(RuntimeError):
+    """The worker exited (or was killed) before replying."""
+
+    def __init__(self, description: str, memory_exceeded: bool = False):
+        super().__init__(description)
+        self.memory_exceeded = memory_exceeded
+
+
+class WorkerTimeout(TimeoutError):
+    """The deadline passed before the worker replied; the worker has been killed."""
+
+
+class WorkerProcess:
+    def __init__(self, role: str, backend: isolation.Backend, scratch: Path, device: str,
+                 memory_limit: int, max_reply_bytes: int = 16 << 30):
+        self.role = role
+        self.scratch = scratch
+        self.memory_limit = memory_limit
+        self.memory_exceeded = False
+        (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+        self.log_path = scratch.parent / f"{role}.log"
+        cmd_read, self._cmd_write = os.pipe()
+        self._out_read, out_write = os.pipe()
+        boot = _BOOT.format(path=str(_SANDBOX_DIR))
+        command = [sys.executable, "-E", "-s", "-c", boot, "--role", role,
+                   "--cmd-fd", str(cmd_read), "--out-fd", str(out_write)]
+        command = isolation.wrap_command(backend, command, scratch, device, (cmd_read, out_write))
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(cmd_read, out_write), cwd=scratch, start_new_session=True,
+                env=isolation.scrubbed_environment(scratch),
+            )
+        os.close(cmd_read)
+        os.close(out_write)
+        self._reader = wire.FrameReader(self._out_read, max_blob_bytes=max_reply_bytes)
+        self._stop_watch = threading.Event()
+        threading.Thread(target=self._watch_memory, daemon=True).start()
+
+    def send(self, message: dict) -> None:
+        try:
+            wire.write_frame(self._cmd_write, message)
+        except OSError:  # BrokenPipeError: the worker is gone
+            raise self._death() from None
+
+    def request(self, message: dict, deadline: float) -> tuple[dict, list[bytes]]:
+        """Send a command; wait for its reply until `deadline` (time.monotonic)."""
+        self.send(message)
+        return self.receive(deadline)
+
+    def receive(self, deadline: float) -> tuple[dict, list[bytes]]:
+        try:
+            return self._reader.read(deadline)
+        except wire.ChannelTimeout:
+            self.kill()
+            raise WorkerTimeout(f"{self.role} worker did not answer in time") from None
+        except wire.ChannelClosed:
+            raise self._death() from None
+        except wire.ProtocolError as exc:
+            self.kill()
+            raise WorkerDied(f"{self.role} worker broke the protocol: {exc}") from None
+
+    def _death(self) -> WorkerDied:
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.process.wait()
+        if self.memory_exceeded:
+            return WorkerDied(f"{self.role} worker exceeded the memory limit of "
+                              f"{self.memory_limit / 2**30:.2f} GiB and was killed", True)
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else -code
+            return WorkerDied(f"{self.role} worker was killed by signal {name}")
+        return WorkerDied(f"{self.role} worker exited with code {code}")
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - LOG_TAIL_BYTES))
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        """Ask the worker to quit, then make sure its whole tree is gone."""
+        if self.process.poll() is None:
+            try:
+                wire.write_frame(self._cmd_write, {"cmd": "quit"})
+                self.process.wait(timeout=2.0)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        for fd in (self._cmd_write, self._out_read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        self._stop_watch.set()
+        for pid in [self.process.pid, *_descendants(self.process.pid)]:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the session the worker (or a child) leads
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _watch_memory(self) -> None:
+        while not self._stop_watch.wait(0.02):
+            if self.process.poll() is not None:
+                return
+            used = sum(_rss_bytes(pid) for pid in [self.process.pid, *_descendants(self.process.pid)])
+            if used > self.memory_limit:
+                self.memory_exceeded = True
+                self.kill()
+                return
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+            ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -1,0 +1,165 @@
+"""What goes into an evaluation and what comes out: `EvalOptions` and `EvalResult`.
+
+These are the referee's public contract: `kernelopt eval --json` prints an `EvalResult`, the run
+store records it, rewards are computed from it. Add fields; do not rename or remove them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Status = Literal["correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected"]
+IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none"]
+
+
+class EvalOptions(BaseModel):
+    """Settings of one evaluation. Defaults follow KernelBench where it has one."""
+
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    timeout: float = Field(300.0, gt=0, description="wall-clock limit of the whole evaluation, s")
+    memory_limit: int | None = Field(
+        None, gt=0, description="bytes of resident memory per worker; None: half of host RAM"
+    )
+    correctness_trials: int = Field(5, ge=1, le=100)
+    atol: float = Field(1e-2, ge=0)
+    rtol: float = Field(1e-2, ge=0)
+    max_rel_error: float | None = Field(
+        None, gt=0, description="bound on ||out-ref||/||ref||; None: max(rtol, 1e-3)"
+    )
+    precision_policy: Literal["flag", "reject"] = Field(
+        "flag", description="what to do when the error shows reduced-precision arithmetic"
+    )
+    isolation: IsolationChoice = "auto"
+    seed: int | None = Field(None, description="fix the trial seeds (default: secret, random)")
+    # Timing (see DESIGN.md, timing methodology).
+    warmup_calls: int = Field(3, ge=1)
+    min_timed_calls: int = Field(10, ge=3)
+    max_timed_calls: int = Field(200, ge=3)
+    target_rel_spread: float = Field(0.05, gt=0, description="stop when IQR/median is below")
+    timing_budget: float = Field(10.0, gt=0, description="seconds of timing at most")
+    outlier_speedup: float = Field(10.0, gt=1, description="re-measure speedups above this")
+    keep_scratch: bool = False
+
+    def effective_max_rel_error(self) -> float:
+        return self.max_rel_error if self.max_rel_error is not None else max(self.rtol, 1e-3)
+
+
+class TrialResult(BaseModel):
+    """One correctness trial: an input set, both outputs, their comparison."""
+
+    index: int
+    seed: int
+    passed: bool
+    message: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    rel_l2_error: float | None = None
+    mismatch_fraction: float | None = None
+
+
+class TimingStats(BaseModel):
+    """Per-call times of one side, in milliseconds."""
+
+    samples: int
+    median_ms: float
+    mean_ms: float
+    std_ms: float
+    min_ms: float
+    max_ms: float
+    p25_ms: float
+    p75_ms: float
+    rel_iqr: float = Field(description="(p75 - p25) / median")
+
+
+class Timing(BaseModel):
+    method: str
+    reference: TimingStats
+    candidate: TimingStats
+    rounds: int
+    calls_per_round: int
+    wall_speedup: float | None = Field(
+        None, description="speedup from host wall-clock per batch (overheads included)"
+    )
+    reference_overhead_ms: float | None = None
+    candidate_overhead_ms: float | None = None
+    remeasured: bool = False
+    speedups_measured: list[float] = Field(default_factory=list)
+
+
+class Check(BaseModel):
+    """One invariant the referee checked, and what it found."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class Isolation(BaseModel):
+    backend: str
+    network_isolated: bool
+    filesystem_confined: bool
+    pid_namespace: bool
+    environment_scrubbed: bool = True
+    memory_limit_bytes: int
+    memory_limit_mechanism: str
+    warnings: list[str] = Field(default_factory=list)
+
+
+class Environment(BaseModel):
+    device: str
+    device_name: str | None = None
+    python: str
+    torch: str
+    cuda: str | None = None
+    driver: str | None = None
+    platform: str
+
+
+class EvalResult(BaseModel):
+    """The referee's verdict on one candidate."""
+
+    status: Status
+    correct: bool
+    speedup: float | None = None
+    reference_ms: float | None = None
+    candidate_ms: float | None = None
+    message: str = ""
+    problem_name: str | None = None
+    problem_hash: str | None = None
+    candidate_hash: str | None = None
+    trials: list[TrialResult] = Field(default_factory=list)
+    timing: Timing | None = None
+    checks: list[Check] = Field(default_factory=list)
+    flags: list[str] = Field(
+        default_factory=list, description="suspicious behaviour found (hack families)"
+    )
+    optimization_kinds: list[str] = Field(default_factory=list)
+    isolation: Isolation | None = None
+    environment: Environment | None = None
+    compile_log: str = ""
+    candidate_output: str = Field("", description="tail of what the candidate printed")
+    warnings: list[str] = Field(default_factory=list)
+    durations: dict[str, float] = Field(default_factory=dict)
+
+    def summary(self) -> str:
+        """A short human-readable verdict."""
+        line = f"{self.status}"
+        if self.speedup is not None:
+            line += (
+                f"  speedup {self.speedup:.3f}x  "
+                f"(reference {self.reference_ms:.4f} ms, candidate {self.candidate_ms:.4f} ms)"
+            )
+        parts = [line]
+        if self.message:
+            parts.append(self.message)
+        if self.optimization_kinds:
+            parts.append("kind: " + ", ".join(self.optimization_kinds))
+        if self.flags:
+            parts.append("flags: " + ", ".join(self.flags))
+        if self.isolation is not None:
+            parts.append(f"isolation: {self.isolation.backend}")
+            parts.extend(f"warning: {w}" for w in self.isolation.warnings)
+        parts.extend(f"warning: {w}" for w in self.warnings)
+        return "\n".join(parts)

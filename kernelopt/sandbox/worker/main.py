@@ -1,0 +1,358 @@
+"""The worker: loads one program (the reference or a candidate) and runs it on request.
+
+Started by the host inside the sandbox as
+    python -E -s -c <boot> --role R --cmd-fd N --out-fd M
+with `kernelopt/sandbox` on sys.path, so this package imports as `worker` and needs only the
+standard library and torch. One worker hosts one program for one evaluation and is then
+discarded. It computes no verdict: it reports raw facts (times, fingerprints, digests, outputs),
+and the host, which the candidate cannot reach, decides.
+
+Commands (JSON frames, see wire.py): load, run, quit. Every reply carries "ok"; failures carry
+"kind" (compile_error, runtime_error, problem_error, bad_output) and "error".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+from . import wire
+
+_perf_ns = time.perf_counter_ns
+_CUDA_ERROR_MARKERS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
+                       "CUBLAS_STATUS", "CUDNN_STATUS", "unspecified launch failure")
+
+
+class WorkerFailure(Exception):
+    """A failure to report to the host with its kind."""
+
+    def __init__(self, kind: str, error: str, log: str = ""):
+        super().__init__(error)
+        self.kind = kind
+        self.error = error
+        self.log = log
+
+
+class ExtensionTracker:
+    """Wraps torch's extension builders to label what the candidate builds and calls.
+
+    The wrappers record build attempts and failures (a failed build is a compile error, with
+    its log) and hand back the built module behind a proxy that counts calls, so the referee
+    can tell a custom kernel that runs from one that is built and then bypassed.
+    """
+
+    def __init__(self):
+        self.builds: list[dict] = []
+        self.calls = 0
+        self.build_log = ""
+
+    def install(self) -> None:
+        from torch.utils import cpp_extension
+
+        for name in ("load_inline", "load"):
+            original = getattr(cpp_extension, name)
+            setattr(cpp_extension, name, self._wrap_builder(name, original))
+
+    def _wrap_builder(self, builder_name, original):
+        tracker = self
+
+        def build(*args, **kwargs):
+            record = {
+                "builder": builder_name,
+                "name": kwargs.get("name", args[0] if args else "?"),
+                "cuda": bool(kwargs.get("cuda_sources") or (len(args) > 2 and args[2])
+                             or any(str(s).endswith(".cu") for s in kwargs.get("sources", []) or [])),
+                "ok": False,
+            }
+            tracker.builds.append(record)
+            try:
+                module = original(*args, **kwargs)
+            except BaseException as exc:
+                tracker.build_log += f"{type(exc).__name__}: {exc}\n"
+                raise
+            record["ok"] = True
+            return _CountingModule(module, tracker)
+
+        build.__wrapped__ = original
+        return build
+
+
+class _CountingModule:
+    """A built extension module whose functions count their calls."""
+
+    def __init__(self, module, tracker: ExtensionTracker):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_tracker", tracker)
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if callable(value) and not isinstance(value, type):
+            tracker = self._tracker
+
+            def counted(*args, **kwargs):
+                tracker.calls += 1
+                return value(*args, **kwargs)
+
+            return counted
+        return value
+
+    def __dir__(self):
+        return dir(self._module)
+
+
+class Worker:
+    def __init__(self, role: str, out_fd: int):
+        self.role = role
+        self.out_fd = out_fd
+        self.model = None
+        self.problem = None
+        self.device = None
+        self.timer = None
+        self.guard = None
+        self.fingerprint = None
+        self.tracker = ExtensionTracker()
+        self.settings_at_start = {}
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def load(self, msg: dict) -> dict:
+        import torch
+        from . import measure
+
+        self.device = torch.device(msg["device"])
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            torch.cuda.init()
+        self.settings_at_start = library_settings()
+        if self.role == "candidate":
+            self.tracker.install()
+        _warm_thread_pools()
+        from .guard import Guard
+
+        self.guard = Guard()  # after the harness's own set-up, before any program code runs
+        self.problem = self._import_problem(msg["problem_path"])
+        try:
+            measure.set_seed(msg["init_seed"])
+            init_inputs = self.problem.get_init_inputs()
+        except BaseException as exc:
+            raise WorkerFailure("problem_error", "get_init_inputs() raised " + _describe(exc)) from None
+        init_digest = measure.digest(init_inputs)
+
+        if self.role == "reference":
+            model_class = getattr(self.problem, "Model")
+        else:
+            model_class = self._import_candidate(msg["candidate_path"])
+        try:
+            measure.set_seed(msg["init_seed"])
+            model = model_class(*init_inputs)
+            if hasattr(model, "to"):
+                model = model.to(self.device)
+        except BaseException as exc:
+            kind = "problem_error" if self.role == "reference" else "runtime_error"
+            raise WorkerFailure(kind, f"{model_class.__name__}(*init_inputs) raised " + _describe(exc)) from None
+        self.model = model
+        self.timer = measure.Timer(self.device)
+        self.fingerprint = measure.Fingerprinter(msg["fingerprint_seed"])
+        return {"ok": True, "init_digest": init_digest, "environment": environment(self.device),
+                "violations": self.guard.violations(), **self._labels()}
+
+    def run(self, msg: dict) -> tuple[dict, list[bytes]]:
+        """Run the model on one input set per seed; report times, fingerprints and digests."""
+        from . import measure
+
+        calls, blobs = [], []
+        previous_inputs = None  # kept alive so each call's inputs get fresh addresses
+        calls_before = self.tracker.calls
+        for seed in msg["seeds"]:
+            inputs = self._make_inputs(seed)
+            previous_inputs = None
+            record = {"seed": seed}
+            if msg.get("hash_inputs"):
+                record["inputs_before"] = measure.digest(inputs)
+            try:
+                output, event_ms, host_ms = self.timer.call(self.model, inputs)
+            except BaseException as exc:
+                raise self._run_failure(exc) from None
+            record["ms"], record["host_ms"] = event_ms, host_ms
+            try:
+                outputs = measure.flatten_outputs(output)
+            except measure.OutputError as exc:
+                raise WorkerFailure("bad_output", str(exc)) from None
+            record["meta"] = [[list(t.shape), str(t.dtype), str(t.device)] for t in outputs]
+            record["aliases_input"] = measure.aliases(outputs, inputs)
+            record["fingerprints"] = [self.fingerprint(t) for t in outputs]
+            if msg.get("hash_inputs"):
+                record["inputs_after"] = measure.digest(inputs)
+            if msg.get("return_outputs"):
+                blobs.append(measure.serialize(outputs))
+            calls.append(record)
+            previous_inputs = inputs  # noqa: F841 (held until the next inputs exist)
+            del output, outputs
+        reply = {"ok": True, "calls": calls, "extension_calls": self.tracker.calls - calls_before,
+                 **self._labels()}
+        reply["violations"] = self.guard.violations() if self.role == "candidate" else []
+        reply["native_thread_growth"] = self.guard.native_thread_growth()
+        return reply, blobs
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _import_problem(self, path: str):
+        try:
+            return _exec_module("kernelopt_problem", path)
+        except BaseException as exc:
+            raise WorkerFailure("problem_error", "importing the problem raised " + _describe(exc)) from None
+
+    def _import_candidate(self, path: str):
+        try:
+            module = _exec_module("kernelopt_candidate", path)
+        except SyntaxError as exc:
+            raise WorkerFailure("compile_error", f"syntax error at line {exc.lineno}: {exc.msg}") from None
+        except BaseException as exc:
+            failed_build = any(not b["ok"] for b in self.tracker.builds)
+            kind = "compile_error" if failed_build else "runtime_error"
+            raise WorkerFailure(kind, "importing the candidate raised " + _describe(exc),
+                                log=self.tracker.build_log) from None
+        model_class = getattr(module, "ModelNew", None)
+        if not isinstance(model_class, type):
+            raise WorkerFailure("compile_error", "the candidate defines no class ModelNew")
+        return model_class
+
+    def _make_inputs(self, seed: int):
+        from . import measure
+
+        try:
+            measure.set_seed(seed)
+            inputs = self.problem.get_inputs()
+            return [measure.move_to(x, self.device) for x in inputs]
+        except BaseException as exc:
+            kind = "problem_error" if self.role == "reference" else "runtime_error"
+            raise WorkerFailure(kind, "get_inputs() raised " + _describe(exc)) from None
+
+    def _run_failure(self, exc: BaseException) -> WorkerFailure:
+        text = _describe(exc)
+        if self.role == "reference":
+            return WorkerFailure("problem_error", "the reference's forward raised " + text)
+        failure = WorkerFailure("runtime_error", "forward raised " + text)
+        failure.fatal = any(marker in text for marker in _CUDA_ERROR_MARKERS)
+        return failure
+
+    def _labels(self) -> dict:
+        settings = library_settings()
+        changed = sorted(k for k, v in settings.items() if self.settings_at_start.get(k) != v)
+        return {"builds": self.tracker.builds, "extension_calls_total": self.tracker.calls,
+                "changed_settings": changed}
+
+
+def _warm_thread_pools() -> None:
+    """Start torch's lazily created CPU thread pools before the thread baseline is taken."""
+    import torch
+
+    a = torch.randn(256, 256)
+    (a @ a).relu_().sum().item()
+    torch.randn(1 << 20).exp_().sum().item()
+
+
+def library_settings() -> dict:
+    """Global numeric settings a candidate may flip (labelled as a 'library setting')."""
+    import torch
+
+    settings = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cuda.matmul.allow_fp16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    }
+    return {k: str(v) for k, v in settings.items()}
+
+
+def environment(device) -> dict:
+    import platform
+
+    import torch
+
+    info = {"device": str(device), "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "platform": platform.platform(), "device_name": None,
+            "driver": None}
+    if device.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
+        info["driver"] = _driver_version()
+    else:
+        info["device_name"] = platform.processor() or platform.machine()
+    return info
+
+
+def _driver_version() -> str | None:
+    try:
+        import ctypes
+
+        version = ctypes.c_int()
+        ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version))
+        return f"{version.value // 1000}.{(version.value % 1000) // 10}"
+    except OSError:
+        return None
+
+
+def _exec_module(name: str, path: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _describe(exc: BaseException) -> str:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tail = "".join(lines[-6:])
+    return f"{type(exc).__name__}: {exc}".strip()[:2000] + "\n" + tail[-3000:]
+
+
+def serve(role: str, cmd_fd: int, out_fd: int) -> None:
+    reader = wire.FrameReader(cmd_fd)
+    worker = Worker(role, out_fd)
+    wire.write_frame(out_fd, {"ok": True, "hello": wire.PROTOCOL_VERSION, "pid": os.getpid()})
+    while True:
+        try:
+            msg, _ = reader.read()
+        except wire.ChannelClosed:
+            return
+        command = msg.get("cmd")
+        if command == "quit":
+            return
+        blobs: list[bytes] = []
+        try:
+            if command == "load":
+                reply = worker.load(msg)
+            elif command == "run":
+                reply, blobs = worker.run(msg)
+            else:
+                reply = {"ok": False, "kind": "protocol", "error": f"unknown command {command!r}"}
+        except WorkerFailure as failure:
+            reply = {"ok": False, "kind": failure.kind, "error": failure.error, "log": failure.log,
+                     "fatal": getattr(failure, "fatal", False)}
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt from candidate code too
+            kind = "problem_error" if role == "reference" else "runtime_error"
+            reply = {"ok": False, "kind": kind, "error": _describe(exc)}
+        wire.write_frame(out_fd, reply, blobs)
+        sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="kernelopt-worker")
+    parser.add_argument("--role", choices=["reference", "candidate"], required=True)
+    parser.add_argument("--cmd-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    import torch  # noqa: F401  (import before anything of the candidate's; binds torch's state)
+
+    from . import measure  # noqa: F401  (binds the clock and synchronisation functions)
+
+    serve(args.role, args.cmd_fd, args.out_fd)
+    os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks get no say
