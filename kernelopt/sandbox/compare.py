@@ -127,41 +127,63 @@ def trial_result(index: int, seed: int, comparison: Comparison) -> TrialResult:
 
 # -- fingerprints ----------------------------------------------------------------------------
 
-def compare_fingerprints(candidate: list[list[float]], reference: list[list[float]],
-                         reference_meta: list[list], options: EvalOptions) -> str | None:
+def compare_fingerprints(candidate: list, reference: list, reference_meta: list[list],
+                         options: EvalOptions) -> str | None:
     """None when the candidate's fingerprints are consistent with the reference's, else why not.
 
-    For an output c with |c_i - r_i| <= atol + rtol |r_i| for every i (what allclose accepts):
-      |sum c - sum r|, ||c|_1 - |r|_1|, |sum w c - sum w r|  <=  n atol + rtol |r|_1
+    For an output c with |c_i - r_i| <= atol + rtol |r_i| for every i (what allclose accepts),
+    over the whole output and over every block B of it:
+      |sum_B c - sum_B r|, ||c|_1,B - |r|_1,B|, |sum w c - sum w r|  <=  n_B atol + rtol |r|_1,B
       | ||c||_2 - ||r||_2 |  <=  sqrt(n) atol + rtol ||r||_2,
     and the relative L2 bound of the full comparison gives | ||c||_2 - ||r||_2 | <= b ||r||_2.
-    Integer and boolean outputs must match exactly. `reference_meta` is [shape, dtype, device]
-    per output.
+    So an output the full comparison accepts always passes. Integer and boolean outputs must
+    match exactly. `reference_meta` is [shape, dtype, device] per output.
     """
     if len(candidate) != len(reference):
         return f"returned {len(candidate)} tensor(s), expected {len(reference)}"
     for index, (c, r, meta) in enumerate(zip(candidate, reference, reference_meta)):
-        if len(c) != 7 or not all(isinstance(v, (int, float)) for v in c):
-            return "malformed fingerprint"
-        n = math.prod(meta[0])
-        if not _is_floating(meta[1]):
-            if list(c) != list(r):
-                return f"output {index}: values differ from the reference's (exact dtype {meta[1]})"
-            continue
-        c_sum, c_abs, c_sq, c_w, *c_special = c
-        r_sum, r_abs, r_sq, r_w, *r_special = r
-        if [int(v) for v in c_special] != [int(v) for v in r_special]:
-            return f"output {index}: NaN/inf counts {c_special} differ from the reference's {r_special}"
-        slack = 1e-9 * (r_abs + 1.0)
-        linear_bound = n * options.atol + options.rtol * r_abs + slack
-        for label, cv, rv in (("sum", c_sum, r_sum), ("abs-sum", c_abs, r_abs), ("weighted sum", c_w, r_w)):
-            if not abs(cv - rv) <= linear_bound:
-                return f"output {index}: {label} {cv:.6g} differs from the reference's {rv:.6g}"
-        c_norm, r_norm = math.sqrt(max(c_sq, 0.0)), math.sqrt(max(r_sq, 0.0))
-        norm_bound = min(math.sqrt(n) * options.atol + options.rtol * r_norm,
-                         options.effective_max_rel_error() * r_norm) + slack
-        if not abs(c_norm - r_norm) <= norm_bound:
-            return f"output {index}: L2 norm {c_norm:.6g} differs from the reference's {r_norm:.6g}"
+        if not _well_formed(c, r):
+            return f"output {index}: malformed fingerprint"
+        problem = _compare_one(c, r, math.prod(meta[0]), _is_floating(meta[1]), options)
+        if problem:
+            return f"output {index}: {problem}"
+    return None
+
+
+def _well_formed(c, r) -> bool:
+    if not isinstance(c, dict):
+        return False
+    for key in ("sums", "blocks", "block_abs"):
+        values = c.get(key)
+        if not isinstance(values, list) or len(values) != len(r[key]):
+            return False
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return False
+    return True
+
+
+def _compare_one(c: dict, r: dict, n: int, floating: bool, options: EvalOptions) -> str | None:
+    if not floating:
+        return None if c == r else "values differ from the reference's (exact dtype)"
+    c_sum, c_abs, c_sq, c_w, *c_special = c["sums"]
+    r_sum, r_abs, r_sq, r_w, *r_special = r["sums"]
+    if [int(v) for v in c_special] != [int(v) for v in r_special]:
+        return f"NaN/inf counts {c_special} differ from the reference's {r_special}"
+    slack = 1e-9 * (r_abs + 1.0)
+    bound = n * options.atol + options.rtol * r_abs + slack
+    for label, cv, rv in (("sum", c_sum, r_sum), ("abs-sum", c_abs, r_abs), ("weighted sum", c_w, r_w)):
+        if not abs(cv - rv) <= bound:
+            return f"{label} {cv:.6g} differs from the reference's {rv:.6g}"
+    c_norm, r_norm = math.sqrt(max(c_sq, 0.0)), math.sqrt(max(r_sq, 0.0))
+    norm_bound = min(math.sqrt(n) * options.atol + options.rtol * r_norm,
+                     options.effective_max_rel_error() * r_norm) + slack
+    if not abs(c_norm - r_norm) <= norm_bound:
+        return f"L2 norm {c_norm:.6g} differs from the reference's {r_norm:.6g}"
+    block_size = -(-n // max(len(r["blocks"]), 1))
+    for b, (cb, rb, cab, rab) in enumerate(zip(c["blocks"], r["blocks"], c["block_abs"], r["block_abs"])):
+        block_bound = block_size * options.atol + options.rtol * rab + 1e-9 * (rab + 1.0)
+        if not (abs(cb - rb) <= block_bound and abs(cab - rab) <= block_bound):
+            return f"block {b} sums ({cb:.6g}, |{cab:.6g}|) differ from the reference's ({rb:.6g}, |{rab:.6g}|)"
     return None
 
 

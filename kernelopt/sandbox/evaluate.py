@@ -34,6 +34,7 @@ from kernelopt.sandbox.results import (
 INIT_SEED = 42  # KernelBench seeds 42 before get_init_inputs, Model(...) and ModelNew(...)
 _ROUND_TARGET_S = 0.05  # aim for rounds of about this long, so interleaving stays fine-grained
 _MAX_CALLS_PER_ROUND = 50
+_ROUND_BYTES = 1 << 30  # inputs generated up front + outputs kept for the sampled comparison
 _LOG_EXCERPT = 8000
 
 
@@ -51,9 +52,10 @@ class CallRecord(BaseModel):
     host_ms: float
     meta: list[tuple[list[int], str, str]]
     aliases_input: bool
-    fingerprints: list[list[float]]
+    fingerprints: list[dict]
     inputs_before: str | None = None
     inputs_after: str | None = None
+    input_bytes: int = 0
 
 
 class RunReply(BaseModel):
@@ -120,6 +122,8 @@ class _Session:
         self.environment: dict | None = None
         self.labels_source: dict = {}
         self.reduced_precision = False
+        self.sampled_checks = 0
+        self.bytes_per_call = 1  # inputs + outputs of one call, known after the correctness trials
         self._seed_source = secrets.SystemRandom() if options.seed is None else _seeded(options.seed)
         self.workdir = Path(tempfile.mkdtemp(prefix="kernelopt-eval-"))
         self.candidate = self.reference = None
@@ -198,6 +202,8 @@ class _Session:
                                                  self.options)
             self.reduced_precision |= comparison.reduced_precision
             self.trials.append(compare.trial_result(index, seeds[index], comparison))
+        self.bytes_per_call = max(1, ref.calls[0].input_bytes + sum(
+            t.numel() * t.element_size() for t in compare.load_tensors(blobs[self.reference][0])))
         failed = [t for t in self.trials if not t.passed]
         self.checks.append(Check(name="correctness", passed=not failed,
                                  detail=f"{len(self.trials) - len(failed)}/{len(self.trials)} trials passed"))
@@ -223,7 +229,8 @@ class _Session:
         """Interleaved rounds until the spread settles, the sample cap or the time budget."""
         warm = self._timed_round(self._new_seeds(self.options.warmup_calls), flip=False)
         slowest_s = max(statistics.median(warm[0]), statistics.median(warm[1])) / 1e3
-        per_round = max(1, min(_MAX_CALLS_PER_ROUND, int(_ROUND_TARGET_S / max(slowest_s, 1e-6))))
+        per_round = max(1, min(_MAX_CALLS_PER_ROUND, int(_ROUND_TARGET_S / max(slowest_s, 1e-6)),
+                               _ROUND_BYTES // self.bytes_per_call))
         cand_ms, ref_ms, cand_over, ref_over = [], [], [], []
         budget_end = time.monotonic() + self.options.timing_budget
         rounds = 0
@@ -259,7 +266,7 @@ class _Session:
     def _timed_round(self, seeds: list[int], flip: bool):
         """One round: candidate then reference (or the reverse), the same secret inputs.
         Returns per-call ms of both and each side's per-call overhead seen by the host clock."""
-        message = {"cmd": "run", "seeds": seeds, "timed": True}
+        message = {"cmd": "run", "seeds": seeds, "timed": True, "retain": True}
         order = [self.reference, self.candidate] if flip else [self.candidate, self.reference]
         replies, walls = {}, {}
         for worker in order:
@@ -278,11 +285,30 @@ class _Session:
             if mismatch:
                 raise Verdict("incorrect", f"a timed call's output does not match the reference ({mismatch}): "
                                            "correct when checked, wrong when timed", ("inconsistent_outputs",))
+        self._compare_sampled_call(len(seeds))
         self._remember_labels(replies[self.candidate])
         cand_ms, ref_ms = [c.ms for c in cand.calls], [r.ms for r in ref.calls]
         n = len(seeds)
         return (cand_ms, ref_ms, (walls[self.candidate] - sum(cand_ms)) / n,
                 (walls[self.reference] - sum(ref_ms)) / n)
+
+    def _compare_sampled_call(self, count: int) -> None:
+        """Compare in full one timed call, chosen only after the round ran, so a candidate
+        cannot know which of its timed outputs will be checked element by element."""
+        index = self._seed_source.randrange(count)
+        outputs = {}
+        for worker in (self.candidate, self.reference):
+            _, blobs = self._ask(worker, {"cmd": "fetch", "index": index})
+            try:
+                outputs[worker] = compare.load_tensors(blobs[0])
+            except (compare.BadOutputBlob, IndexError) as exc:
+                raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
+        comparison = compare.compare_outputs(outputs[self.candidate], outputs[self.reference], self.options)
+        self.sampled_checks += 1
+        if not comparison.passed:
+            raise Verdict("incorrect", f"a timed call's output does not match the reference "
+                                       f"({comparison.message}): correct when checked, wrong when timed",
+                          ("inconsistent_outputs",))
 
     def _check_wall_clock(self, cand_median_ms: float, overhead_c: float, overhead_r: float) -> None:
         """The host's clock bounds what the candidate's process can claim. Both workers run the
@@ -421,7 +447,8 @@ class _Session:
     def _correct_message(self) -> str:
         t = self.timing
         note = " (re-measured: outlier)" if t.remeasured else ""
-        return (f"all {len(self.trials)} trials and {t.candidate.samples} timed calls matched the reference; "
+        return (f"all {len(self.trials)} trials matched the reference, and {t.candidate.samples} timed calls "
+                f"({self.sampled_checks} compared in full, all fingerprinted); "
                 f"speedup {t.reference.median_ms / t.candidate.median_ms:.3f}x{note}")
 
     def _result(self, status: str, message: str, flags=(), log: str = "") -> EvalResult:

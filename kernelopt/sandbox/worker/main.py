@@ -7,7 +7,7 @@ standard library and torch. One worker hosts one program for one evaluation and 
 discarded. It computes no verdict: it reports raw facts (times, fingerprints, digests, outputs),
 and the host, which the candidate cannot reach, decides.
 
-Commands (JSON frames, see wire.py): load, run, quit. Every reply carries "ok"; failures carry
+Commands (JSON frames, see wire.py): load, run, fetch, quit. Every reply carries "ok"; failures carry
 "kind" (compile_error, runtime_error, problem_error, bad_output) and "error".
 """
 
@@ -115,6 +115,7 @@ class Worker:
         self.fingerprint = None
         self.tracker = ExtensionTracker()
         self.settings_at_start = {}
+        self.retained: list[list] = []  # clones of the last round's outputs, for `fetch`
 
     # -- commands ---------------------------------------------------------------------------
 
@@ -160,42 +161,64 @@ class Worker:
                 "violations": self.guard.violations(), **self._labels()}
 
     def run(self, msg: dict) -> tuple[dict, list[bytes]]:
-        """Run the model on one input set per seed; report times, fingerprints and digests."""
+        """Run the model once per seed; report times, fingerprints and input digests.
+
+        All input sets of the request are generated first (distinct tensors, so no two calls
+        see the same addresses), then the calls run back to back; each output is cloned
+        outside the timed region and the call's own output released, so the allocator behaves
+        as in an ordinary loop. Fingerprints are computed after the last call.
+        """
         from . import measure
 
-        calls, blobs = [], []
-        previous_inputs = None  # kept alive so each call's inputs get fresh addresses
+        seeds = msg["seeds"]
+        all_inputs = [self._make_inputs(seed) for seed in seeds]
+        hash_inputs = bool(msg.get("hash_inputs"))
+        before = [measure.digest(inputs) for inputs in all_inputs] if hash_inputs else None
         calls_before = self.tracker.calls
-        for seed in msg["seeds"]:
-            inputs = self._make_inputs(seed)
-            previous_inputs = None
-            record = {"seed": seed}
-            if msg.get("hash_inputs"):
-                record["inputs_before"] = measure.digest(inputs)
-            try:
-                output, event_ms, host_ms = self.timer.call(self.model, inputs)
-            except BaseException as exc:
-                raise self._run_failure(exc) from None
-            record["ms"], record["host_ms"] = event_ms, host_ms
-            try:
-                outputs = measure.flatten_outputs(output)
-            except measure.OutputError as exc:
-                raise WorkerFailure("bad_output", str(exc)) from None
-            record["meta"] = [[list(t.shape), str(t.dtype), str(t.device)] for t in outputs]
-            record["aliases_input"] = measure.aliases(outputs, inputs)
-            record["fingerprints"] = [self.fingerprint(t) for t in outputs]
-            if msg.get("hash_inputs"):
-                record["inputs_after"] = measure.digest(inputs)
+        timed = [self._call(inputs) for inputs in all_inputs]
+        calls, blobs = [], []
+        for index, (seed, inputs, (event_ms, host_ms, kept, aliased)) in enumerate(zip(seeds, all_inputs, timed)):
+            record = {"seed": seed, "ms": event_ms, "host_ms": host_ms, "aliases_input": aliased,
+                      "meta": [[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
+                      "fingerprints": [self.fingerprint(t) for t in kept],
+                      "input_bytes": sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs))}
+            if hash_inputs:
+                record["inputs_before"], record["inputs_after"] = before[index], measure.digest(inputs)
             if msg.get("return_outputs"):
-                blobs.append(measure.serialize(outputs))
+                blobs.append(measure.serialize(kept))
             calls.append(record)
-            previous_inputs = inputs  # noqa: F841 (held until the next inputs exist)
-            del output, outputs
+        self.retained = [kept for _, _, kept, _ in timed] if msg.get("retain") else []
         reply = {"ok": True, "calls": calls, "extension_calls": self.tracker.calls - calls_before,
                  **self._labels()}
         reply["violations"] = self.guard.violations() if self.role == "candidate" else []
         reply["native_thread_growth"] = self.guard.native_thread_growth()
         return reply, blobs
+
+    def _call(self, inputs) -> tuple[float, float, list, bool]:
+        """One timed forward: (event ms, host ms, cloned outputs, whether outputs alias inputs)."""
+        from . import measure
+
+        try:
+            output, event_ms, host_ms = self.timer.call(self.model, inputs)
+        except BaseException as exc:
+            raise self._run_failure(exc) from None
+        try:
+            outputs = measure.flatten_outputs(output)
+        except measure.OutputError as exc:
+            raise WorkerFailure("bad_output", str(exc)) from None
+        aliased = measure.aliases(outputs, inputs)
+        return event_ms, host_ms, [t.detach().clone() for t in outputs], aliased
+
+    def fetch(self, msg: dict) -> tuple[dict, list[bytes]]:
+        """Full outputs of one call of the last round; the host picks which after the round."""
+        from . import measure
+
+        index = msg.get("index")
+        if not isinstance(index, int) or not 0 <= index < len(self.retained):
+            return {"ok": False, "kind": "protocol", "error": f"no retained call {index!r}"}, []
+        blob = measure.serialize(self.retained[index])
+        self.retained = []
+        return {"ok": True}, [blob]
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -332,6 +355,8 @@ def serve(role: str, cmd_fd: int, out_fd: int) -> None:
                 reply = worker.load(msg)
             elif command == "run":
                 reply, blobs = worker.run(msg)
+            elif command == "fetch":
+                reply, blobs = worker.fetch(msg)
             else:
                 reply = {"ok": False, "kind": "protocol", "error": f"unknown command {command!r}"}
         except WorkerFailure as failure:

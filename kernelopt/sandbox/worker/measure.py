@@ -17,7 +17,6 @@ import torch
 _perf_ns = time.perf_counter_ns
 _tensor_type = torch.Tensor
 _save = torch.save
-_FINGERPRINT_CHUNK = 1 << 24  # elements per float64 chunk: bounds the fingerprint's memory
 
 
 class OutputError(ValueError):
@@ -71,7 +70,7 @@ def tensor_storage_span(t: torch.Tensor) -> tuple[int, int] | None:
 
 def aliases(outputs: list[torch.Tensor], inputs) -> bool:
     """Whether any output shares storage with any input tensor."""
-    input_spans = [s for s in (tensor_storage_span(t) for t in _tensors_in(inputs)) if s]
+    input_spans = [s for s in (tensor_storage_span(t) for t in tensors_in(inputs)) if s]
     for out in outputs:
         span = tensor_storage_span(out)
         if span and any(span[0] < end and start < span[1] for start, end in input_spans):
@@ -79,11 +78,11 @@ def aliases(outputs: list[torch.Tensor], inputs) -> bool:
     return False
 
 
-def _tensors_in(obj) -> list[torch.Tensor]:
+def tensors_in(obj) -> list[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, (list, tuple)):
-        return [t for item in obj for t in _tensors_in(item)]
+        return [t for item in obj for t in tensors_in(item)]
     return []
 
 
@@ -111,32 +110,34 @@ def _digest_into(h, obj) -> None:
 class Fingerprinter:
     """Cheap summaries of an output that the host compares against the reference's.
 
-    Per tensor: sum, sum of |x|, sum of x^2, a sum weighted by a secret +-1 pattern, and the
-    counts of NaN, +inf and -inf. A wrong output cannot match all of these within tolerance
-    without computing the right values; they cost one pass over the output.
+    Per tensor: "sums" = [sum, sum |x|, sum x^2, sum w*x with a secret +-1 pattern w, and the
+    counts of NaN, +inf, -inf], plus "blocks" and "block_abs": sum and sum |x| over up to
+    MAX_BLOCKS contiguous blocks. A wrong output cannot match them within tolerance without
+    computing the right values; block sums also catch permuted or partly computed outputs.
+    Non-finite values count in the counts and as 0 in the sums.
     """
+
+    MAX_BLOCKS = 1024
 
     def __init__(self, secret_seed: int):
         self.secret_seed = secret_seed
         self._weights: dict[tuple[int, str], torch.Tensor] = {}
 
-    def __call__(self, t: torch.Tensor) -> list[float]:
-        flat = t.detach().reshape(-1)
-        if flat.is_complex():
-            flat = torch.view_as_real(flat).reshape(-1)
-        weights = self._weights_for(flat.numel(), flat.device)
-        totals = [0.0] * 7
-        for start in range(0, flat.numel(), _FINGERPRINT_CHUNK):
-            x = flat[start : start + _FINGERPRINT_CHUNK].to(torch.float64)
-            w = weights[start : start + _FINGERPRINT_CHUNK]
+    def __call__(self, t: torch.Tensor) -> dict:
+        x = t.detach().reshape(-1)
+        if x.is_complex():
+            x = torch.view_as_real(x).reshape(-1)
+        x = x.to(torch.float64)
+        w = self._weights_for(x.numel(), x.device)
+        sums = _sums(x, w)
+        specials = [0.0, 0.0, 0.0]
+        if not all(map(math.isfinite, sums)):  # NaN/inf somewhere (a full isfinite pass is costly)
+            specials = [float(torch.isnan(x).sum()), float(torch.isposinf(x).sum()),
+                        float(torch.isneginf(x).sum())]
+            x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
             sums = _sums(x, w)
-            specials = [0.0, 0.0, 0.0]
-            if not all(map(math.isfinite, sums)):  # NaN/inf somewhere (a pass over x is costly)
-                specials = [float(torch.isnan(x).sum()), float(torch.isposinf(x).sum()),
-                            float(torch.isneginf(x).sum())]
-                sums = _sums(torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0), w)
-            totals = [a + b for a, b in zip(totals, sums + specials)]
-        return totals
+        blocks, block_abs = _block_sums(x, self.MAX_BLOCKS)
+        return {"sums": sums + specials, "blocks": blocks, "block_abs": block_abs}
 
     def _weights_for(self, numel: int, device: torch.device) -> torch.Tensor:
         key = (numel, str(device))
@@ -145,6 +146,23 @@ class Fingerprinter:
             signs = torch.randint(0, 2, (numel,), generator=generator, dtype=torch.int8) * 2 - 1
             self._weights[key] = signs.to(device=device, dtype=torch.float64)
         return self._weights[key]
+
+
+def block_layout(numel: int, max_blocks: int) -> tuple[int, int]:
+    """(number of blocks, elements per block) for an output of numel elements."""
+    if numel == 0:
+        return 0, 0
+    count = min(max_blocks, numel)
+    size = -(-numel // count)
+    return -(-numel // size), size
+
+
+def _block_sums(x: torch.Tensor, max_blocks: int) -> tuple[list[float], list[float]]:
+    count, size = block_layout(x.numel(), max_blocks)
+    if count == 0:
+        return [], []
+    padded = torch.nn.functional.pad(x, (0, count * size - x.numel())).view(count, size)
+    return padded.sum(dim=1).tolist(), padded.abs().sum(dim=1).tolist()
 
 
 def _sums(x: torch.Tensor, w: torch.Tensor) -> list[float]:

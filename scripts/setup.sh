@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets up kernelopt in ./.venv: torch (CPU build unless a GPU is present or KERNELOPT_TORCH says
+# otherwise), the package with its test extras, and bubblewrap for the sandbox when possible.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+PIP=".venv/bin/python -m pip"
+
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  if [ -n "${KERNELOPT_TORCH:-}" ]; then
+    spec=$KERNELOPT_TORCH
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    spec=torch            # a CUDA build
+  else
+    spec=torch==2.13.0    # the CPU build is enough without a GPU
+  fi
+  echo "installing $spec"
+  $PIP install -q "$spec"
+fi
+$PIP install -q -e '.[dev]'
+
+# bubblewrap: the sandbox's strongest backend. Without it kernelopt falls back (and says so).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+      || echo "warning: could not install bubblewrap; the sandbox will use a weaker backend" >&2
+  else
+    echo "note: install bubblewrap (e.g. 'sudo apt-get install bubblewrap') for full isolation" >&2
+  fi
+fi
+echo "kernelopt is set up: .venv/bin/kernelopt --help"

@@ -1,0 +1,57 @@
+import os
+import time
+
+import pytest
+
+from kernelopt.sandbox.worker import wire
+
+
+@pytest.fixture
+def pipe():
+    read_fd, write_fd = os.pipe()
+    yield read_fd, write_fd
+    for fd in (read_fd, write_fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def test_round_trip_with_blobs(pipe):
+    read_fd, write_fd = pipe
+    wire.write_frame(write_fd, {"cmd": "run", "n": 3}, [b"abc", b"", b"\x00\n" * 10])
+    wire.write_frame(write_fd, {"second": True})
+    reader = wire.FrameReader(read_fd)
+    header, blobs = reader.read(time.monotonic() + 5)
+    assert header["cmd"] == "run" and header["n"] == 3
+    assert blobs == [b"abc", b"", b"\x00\n" * 10]
+    assert reader.read(time.monotonic() + 5)[0]["second"] is True
+
+
+def test_deadline(pipe):
+    read_fd, _ = pipe
+    with pytest.raises(wire.ChannelTimeout):
+        wire.FrameReader(read_fd).read(time.monotonic() + 0.2)
+
+
+def test_closed_channel(pipe):
+    read_fd, write_fd = pipe
+    os.write(write_fd, b'{"partial": ')
+    os.close(write_fd)
+    with pytest.raises(wire.ChannelClosed):
+        wire.FrameReader(read_fd).read(time.monotonic() + 5)
+
+
+@pytest.mark.parametrize("raw", [b"not json\n", b"[1, 2]\n", b'{"blobs": [-1]}\n', b'{"blobs": "x"}\n'])
+def test_malformed_headers_are_protocol_errors(pipe, raw):
+    read_fd, write_fd = pipe
+    os.write(write_fd, raw)
+    with pytest.raises(wire.ProtocolError):
+        wire.FrameReader(read_fd).read(time.monotonic() + 5)
+
+
+def test_oversized_blobs_are_refused_before_reading(pipe):
+    read_fd, write_fd = pipe
+    os.write(write_fd, b'{"blobs": [1000000]}\n')
+    with pytest.raises(wire.ProtocolError, match="over"):
+        wire.FrameReader(read_fd, max_blob_bytes=1000).read(time.monotonic() + 5)
