@@ -20,15 +20,26 @@ def _cuda_available() -> bool:
         return False
 
 
+def _cuda_build_available() -> bool:
+    """The CUDA build of torch and nvcc: CUDA sources compile (nothing needs to run)."""
+    try:
+        import torch
+
+        return torch.version.cuda is not None and shutil.which("nvcc") is not None
+    except ImportError:
+        return False
+
+
 def pytest_collection_modifyitems(config, items):
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
-    skip_bwrap = pytest.mark.skip(reason="needs bubblewrap (scripts/setup.sh installs it)")
-    has_cuda, has_bwrap = _cuda_available(), shutil.which("bwrap") is not None
+    skips = {
+        "gpu": (_cuda_available(), "needs a CUDA device"),
+        "bwrap": (shutil.which("bwrap") is not None, "needs bubblewrap (scripts/setup.sh installs it)"),
+        "cuda_build": (_cuda_build_available(), "needs the CUDA build of torch and nvcc"),
+    }
     for item in items:
-        if "gpu" in item.keywords and not has_cuda:
-            item.add_marker(skip_gpu)
-        if "bwrap" in item.keywords and not has_bwrap:
-            item.add_marker(skip_bwrap)
+        for marker, (available, reason) in skips.items():
+            if marker in item.keywords and not available:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The `kernelopt` command line.
 
 Exit codes: 0 when a verdict was reached (whatever it is), 2 for unusable input (a missing
-file, an invalid problem, a device or isolation backend that is not available).
+file, an invalid problem, a device or isolation backend that is not available), 3 when the
+sandbox itself failed (a worker could not start).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from kernelopt import __version__
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -23,6 +25,10 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 class UsageError(Exception):
     """Unusable input: reported on stderr, exit code 2."""
+
+
+class EnvironmentFailure(Exception):
+    """The machine could not run the sandbox: reported on stderr, exit code 3."""
 
 
 def parse_size(text: str) -> int:
@@ -71,6 +77,7 @@ def run_eval(args) -> int:
     from kernelopt.kernelbench import ProblemError, load_problem
     from kernelopt.sandbox import EvalOptions, evaluate
     from kernelopt.sandbox.isolation import IsolationError
+    from kernelopt.sandbox.process import SandboxError
 
     candidate_path = Path(args.candidate)
     if not candidate_path.is_file():
@@ -90,6 +97,8 @@ def run_eval(args) -> int:
         result = evaluate(problem, candidate_source, options)
     except (ProblemError, IsolationError) as exc:
         raise UsageError(str(exc)) from exc
+    except SandboxError as exc:
+        raise EnvironmentFailure(str(exc)) from exc
     except ValueError as exc:  # pydantic's ValidationError and bad devices
         raise UsageError(f"invalid option: {exc}") from exc
     if args.json:
@@ -107,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"kernelopt {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except EnvironmentFailure as exc:
+        print(f"kernelopt {args.command}: sandbox failure: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

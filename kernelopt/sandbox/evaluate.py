@@ -26,7 +26,8 @@ from pydantic import BaseModel, ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import compare, isolation, labels, timing
-from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.worker.wire import PROTOCOL_VERSION
 from kernelopt.sandbox.results import (
     Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
 )
@@ -94,8 +95,8 @@ def default_memory_limit() -> int:
 
 def evaluate(problem: Problem, candidate_source: str, options: EvalOptions | None = None) -> EvalResult:
     """Judge one candidate against the reference. Raises ProblemError when the reference itself
-    fails, ValueError for an unusable device and IsolationError for an unusable backend; every
-    failure of the candidate is a verdict."""
+    fails, ValueError for an unusable device, IsolationError for an unusable backend and
+    SandboxError when a worker cannot start; every failure of the candidate is a verdict."""
     options = options or EvalOptions()
     device = resolve_device(options.device)
     backend = isolation.select_backend(options.isolation)
@@ -162,9 +163,13 @@ class _Session:
         self.reference = WorkerProcess("reference", scratch=self.workdir / "reference", **common)
         self.candidate = WorkerProcess("candidate", scratch=self.workdir / "candidate", **common)
         for worker in (self.reference, self.candidate):
-            hello, _ = self._receive(worker)
-            if hello.get("hello") != 1:
-                raise Verdict("rejected", "worker protocol mismatch", ("protocol_violation",))
+            try:
+                hello, _ = worker.receive(self.deadline)
+            except (WorkerDied, WorkerTimeout) as exc:
+                raise SandboxError(f"the {worker.role} worker could not start ({exc}) under the "
+                                   f"{self.backend.name} backend:\n{worker.log_tail()[-3000:]}") from None
+            if hello.get("hello") != PROTOCOL_VERSION:
+                raise SandboxError(f"worker protocol {hello.get('hello')!r} != host protocol {PROTOCOL_VERSION}")
 
     def _load(self) -> None:
         fingerprint_seed = self._new_seed()
@@ -383,7 +388,8 @@ class _Session:
             except (WorkerDied, WorkerTimeout) as exc:
                 raise self._attribute(worker, exc) from None
         replies, blobs = {}, {}
-        for worker in (self.candidate, self.reference):
+        # The reference first: when it fails, the problem is at fault, not the candidate.
+        for worker in (self.reference, self.candidate):
             try:
                 replies[worker], blobs[worker] = self._receive(worker, with_blobs=True)
             except (WorkerDied, WorkerTimeout) as exc:

@@ -44,6 +44,11 @@ class Backend:
     warnings: list[str] = field(default_factory=list)
 
 
+# Without a GPU torch cannot infer the architectures to build CUDA code for; compile for Hopper
+# (H100/H200) unless told otherwise, so CUDA candidates still compile on CPU-only machines.
+DEFAULT_CUDA_ARCH_LIST_WITHOUT_GPU = "9.0"
+
+
 def scrubbed_environment(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         key: value
@@ -51,6 +56,9 @@ def scrubbed_environment(scratch: Path, extra: dict[str, str] | None = None) -> 
         if key in ENV_ALLOWLIST and not any(m in key for m in _SECRET_MARKERS)
     }
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    cuda_home = detect_cuda_home()
+    if cuda_home and "CUDA_HOME" not in env:
+        env["CUDA_HOME"] = cuda_home
     env.update({
         "HOME": str(scratch),
         "TMPDIR": str(scratch / "tmp"),
@@ -60,6 +68,23 @@ def scrubbed_environment(scratch: Path, extra: dict[str, str] | None = None) -> 
     })
     env.update(extra or {})
     return env
+
+
+@functools.lru_cache(maxsize=None)
+def detect_cuda_home() -> str | None:
+    """The CUDA toolkit for extension builds. torch guesses it from the location of `nvcc`,
+    which is wrong when `nvcc` on PATH is a wrapper script; prefer a directory that holds
+    the toolkit's headers."""
+    for variable in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(variable):
+            return os.environ[variable]
+    nvcc = shutil.which("nvcc")
+    guesses = [str(Path(os.path.realpath(nvcc)).parents[1])] if nvcc else []
+    guesses.append("/usr/local/cuda")
+    for guess in guesses:
+        if (Path(guess) / "include" / "cuda.h").is_file():
+            return guess
+    return None
 
 
 def select_backend(choice: str) -> Backend:
@@ -96,8 +121,7 @@ def wrap_command(backend: Backend, command: list[str], scratch: Path, device: st
 
 def _bubblewrap_prefix(scratch: Path, device: str) -> list[str]:
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all",
-            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-            "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run"]
+            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
     if device.startswith("cuda"):
         for node in sorted(Path("/dev").glob("nvidia*")):
             args += ["--dev-bind", str(node), str(node)]
@@ -105,31 +129,40 @@ def _bubblewrap_prefix(scratch: Path, device: str) -> list[str]:
             args += ["--dev-bind", "/dev/dri", "/dev/dri"]
     for hidden in _hidden_directories():
         args += ["--tmpfs", hidden]
-    for needed in _paths_to_keep_visible():
+    for needed in _paths_to_keep_visible(scratch):
         args += ["--ro-bind", needed, needed]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
     return args
 
 
 def _hidden_directories() -> list[str]:
-    """Home directories (credentials, shell history, caches of tokens) are replaced by tmpfs."""
-    homes = {os.path.expanduser("~"), "/root", "/home"}
-    return sorted(h for h in homes if h not in ("/", "") and os.path.isdir(h))
+    """Replaced by empty tmpfs in the sandbox: temporary directories (other evaluations'
+    scratch, the host's files) and home directories (credentials, shell history, tokens)."""
+    dirs = {"/tmp", "/var/tmp", "/run", "/home", "/root", os.path.expanduser("~")}
+    return sorted(d for d in dirs if d not in ("/", "") and os.path.isdir(d) and not os.path.islink(d))
 
 
-def _paths_to_keep_visible() -> list[str]:
-    """Interpreter and package paths that live under a hidden directory are bound back."""
+def _paths_to_keep_visible(scratch: Path) -> list[str]:
+    """Interpreter and package paths under a hidden directory are bound back, read-only;
+    never a directory that contains the evaluation's scratch (it would expose its siblings)."""
     hidden = _hidden_directories()
+    scratch_parent = os.path.realpath(scratch.parent)
     wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[2])}
     wanted.update(p for p in sys.path if p and os.path.isdir(p))
     keep = set()
     for path in wanted:
-        real = os.path.realpath(path)
-        for candidate in {path, real}:
-            if any(candidate == h or candidate.startswith(h.rstrip("/") + "/") for h in hidden):
-                keep.add(candidate)
-    # Bind parents before children so a child bind is not hidden by its parent's.
-    return sorted(keep, key=len)
+        for candidate in {path, os.path.realpath(path)}:
+            if not any(_is_within(candidate, h) for h in hidden):
+                continue
+            if _is_within(scratch_parent, candidate):
+                continue
+            keep.add(candidate)
+    # A path inside another kept path is already visible.
+    return sorted(p for p in keep if not any(p != q and _is_within(p, q) for q in keep))
+
+
+def _is_within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _unshare_user_flags() -> list[str]:

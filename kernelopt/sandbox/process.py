@@ -35,6 +35,10 @@ class WorkerDied(RuntimeError):
         self.memory_exceeded = memory_exceeded
 
 
+class SandboxError(RuntimeError):
+    """The harness itself failed (a worker could not start): neither party is at fault."""
+
+
 class WorkerTimeout(TimeoutError):
     """The deadline passed before the worker replied; the worker has been killed."""
 
@@ -58,7 +62,7 @@ class WorkerProcess:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(cmd_read, out_write), cwd=scratch, start_new_session=True,
-                env=isolation.scrubbed_environment(scratch),
+                env=isolation.scrubbed_environment(scratch, _device_environment(device)),
             )
         os.close(cmd_read)
         os.close(out_write)
@@ -153,6 +157,12 @@ class WorkerProcess:
                 self.memory_exceeded = True
                 self.kill()
                 return
+
+
+def _device_environment(device: str) -> dict[str, str]:
+    if device.startswith("cuda") or "TORCH_CUDA_ARCH_LIST" in os.environ:
+        return {}
+    return {"TORCH_CUDA_ARCH_LIST": isolation.DEFAULT_CUDA_ARCH_LIST_WITHOUT_GPU}
 
 
 def _descendants(root: int) -> list[int]:

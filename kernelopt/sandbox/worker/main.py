@@ -262,6 +262,12 @@ class Worker:
         failure.fatal = any(marker in text for marker in _CUDA_ERROR_MARKERS)
         return failure
 
+    def safe_labels(self) -> dict:
+        try:
+            return self._labels()
+        except Exception:  # noqa: BLE001 - labels are best effort on a failure path
+            return {}
+
     def _labels(self) -> dict:
         settings = library_settings()
         changed = sorted(k for k, v in settings.items() if self.settings_at_start.get(k) != v)
@@ -361,10 +367,10 @@ def serve(role: str, cmd_fd: int, out_fd: int) -> None:
                 reply = {"ok": False, "kind": "protocol", "error": f"unknown command {command!r}"}
         except WorkerFailure as failure:
             reply = {"ok": False, "kind": failure.kind, "error": failure.error, "log": failure.log,
-                     "fatal": getattr(failure, "fatal", False)}
+                     "fatal": getattr(failure, "fatal", False), **worker.safe_labels()}
         except BaseException as exc:  # SystemExit and KeyboardInterrupt from candidate code too
             kind = "problem_error" if role == "reference" else "runtime_error"
-            reply = {"ok": False, "kind": kind, "error": _describe(exc)}
+            reply = {"ok": False, "kind": kind, "error": _describe(exc), **worker.safe_labels()}
         wire.write_frame(out_fd, reply, blobs)
         sys.stdout.flush()
 

@@ -1,0 +1,97 @@
+"""`kernelopt eval` through the installed console script, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+FAST = ["--device", "cpu", "--timing-budget", "1"]
+
+
+def kernelopt(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("kernelopt", path=str(Path(sys.executable).parent)) or "kernelopt"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def test_json_mode_prints_exactly_one_object_with_the_contract_fields(example):
+    run = kernelopt("eval", "--reference", str(example("1_ReLU")),
+                    "--candidate", "examples/candidates/relu_clamp.py", "--json", *FAST)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)  # the whole of stdout is one JSON document
+    assert isinstance(result, dict)
+    for field in ("status", "correct", "speedup", "reference_ms", "candidate_ms", "message",
+                  "trials", "timing", "checks", "isolation", "environment"):
+        assert field in result
+    assert result["status"] == "correct" and result["correct"] is True
+    assert result["speedup"] > 0 and result["reference_ms"] > 0 and result["candidate_ms"] > 0
+    assert len(result["trials"]) == 5 and all(t["passed"] for t in result["trials"])
+    assert result["timing"]["candidate"]["samples"] >= 10
+    assert result["environment"]["torch"] and result["environment"]["device"] == "cpu"
+    assert result["isolation"]["backend"] in ("bubblewrap", "unshare", "none")
+
+
+def test_a_wrong_candidate_is_a_verdict_with_exit_zero(example, tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                     "    def forward(self, x):\n        return x * 2\n")
+    run = kernelopt("eval", "--reference", str(example("1_ReLU")), "--candidate", str(wrong),
+                    "--json", "--correctness-trials", "2", *FAST)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["status"] == "incorrect" and result["speedup"] is None and not result["correct"]
+    assert result["trials"][0]["max_abs_error"] > 0.01
+
+
+def test_human_readable_output(example):
+    run = kernelopt("eval", "--reference", str(example("1_ReLU")),
+                    "--candidate", "examples/candidates/relu_clamp.py", *FAST)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("correct  speedup") and "isolation:" in run.stdout
+
+
+@pytest.mark.parametrize("args, complaint", [
+    (["--reference", "missing.py", "--candidate", "examples/candidates/relu_clamp.py"], "file not found"),
+    (["--reference", "examples/level1/1_ReLU.py", "--candidate", "missing.py"], "file not found"),
+    (["--reference", "examples/level1/1_ReLU.py", "--candidate", "examples/candidates/relu_clamp.py",
+      "--device", "tpu"], "invalid device"),
+    (["--reference", "examples/level1/1_ReLU.py", "--candidate", "examples/candidates/relu_clamp.py",
+      "--memory-limit", "lots"], "invalid size"),
+])
+def test_unusable_input_exits_2_with_a_message_on_stderr(args, complaint):
+    run = kernelopt("eval", *args, "--json")
+    assert run.returncode == 2
+    assert complaint in run.stderr and run.stdout == ""
+
+
+def test_broken_problem_exits_2_naming_the_file(tmp_path):
+    broken = tmp_path / "9_Broken.py"
+    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
+    run = kernelopt("eval", "--reference", str(broken), "--candidate",
+                    "examples/candidates/relu_clamp.py", "--json")
+    assert run.returncode == 2
+    assert str(broken) in run.stderr and "get_inputs" in run.stderr
+
+
+def test_reference_whose_get_inputs_raises_exits_2(tmp_path):
+    broken = tmp_path / "9_Raises.py"
+    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+                      "def get_inputs():\n    raise RuntimeError('no inputs today')\n"
+                      "def get_init_inputs():\n    return []\n")
+    run = kernelopt("eval", "--reference", str(broken), "--candidate",
+                    "examples/candidates/relu_clamp.py", "--json", *FAST)
+    assert run.returncode == 2
+    assert str(broken) in run.stderr and "no inputs today" in run.stderr
+
+
+def test_size_parser():
+    from kernelopt.agent.cli import parse_size
+
+    assert parse_size("8G") == 8 << 30 and parse_size("512M") == 512 << 20
+    assert parse_size("1.5GiB") == int(1.5 * (1 << 30)) and parse_size("1000") == 1000

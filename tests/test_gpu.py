@@ -1,0 +1,53 @@
+"""Behaviour that needs a CUDA device (skipped elsewhere; run on the GPU machine)."""
+
+import statistics
+
+import pytest
+
+from kernelopt.kernelbench import load_problem
+from kernelopt.sandbox import EvalOptions, evaluate
+
+pytestmark = pytest.mark.gpu
+
+CLAMP = '''
+import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.clamp_min(x, 0.0)
+'''
+
+DEVICE_ASSERT = '''
+import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        bad = torch.tensor([10**9], device=x.device)
+        return torch.relu(x) + x.reshape(-1)[bad].sum() * 0   # out-of-bounds gather on the GPU
+'''
+
+
+def options(**overrides):
+    settings = dict(device="cuda", timing_budget=3.0, timeout=300)
+    settings.update(overrides)
+    return EvalOptions(**settings)
+
+
+def test_a_cuda_run_reports_the_gpu_and_the_cuda_timing_method(example):
+    result = evaluate(load_problem(example("1_ReLU")), CLAMP, options())
+    assert result.status == "correct", result.message
+    assert result.environment.device.startswith("cuda") and result.environment.device_name
+    assert result.environment.cuda and "cuda events" in result.timing.method
+
+
+def test_same_kernel_measures_stably_across_evaluations(example):
+    problem = load_problem(example("4_RedundantSoftmax"))
+    source = problem.source.replace("class Model(", "class ModelNew(")
+    speedups = [evaluate(problem, source, options()).speedup for _ in range(5)]
+    assert all(s is not None for s in speedups)
+    assert all(0.8 <= s <= 1.25 for s in speedups), speedups
+    assert (max(speedups) - min(speedups)) / statistics.median(speedups) < 0.2, speedups
+
+
+def test_a_cuda_error_is_a_runtime_error_and_retires_the_worker(example):
+    result = evaluate(load_problem(example("1_ReLU")), DEVICE_ASSERT, options())
+    assert result.status == "runtime_error"
+    assert "retired" in result.message or "CUDA" in result.message

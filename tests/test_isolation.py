@@ -1,0 +1,67 @@
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernelopt.sandbox import isolation
+
+
+def test_environment_is_built_from_an_allowlist(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("HF_TOKEN", "hf-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("SOME_RANDOM_SETTING", "x")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    env = isolation.scrubbed_environment(tmp_path)
+    assert not {"OPENAI_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "SOME_RANDOM_SETTING"} & set(env)
+    assert "secret" not in " ".join(env.values())
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["HOME"] == str(tmp_path) and env["TORCH_EXTENSIONS_DIR"].startswith(str(tmp_path))
+
+
+def test_bubblewrap_command_confines_the_worker(tmp_path):
+    backend = isolation.Backend("bubblewrap", True, True, True)
+    command = isolation.wrap_command(backend, ["python", "-c", "pass"], tmp_path, "cpu", ())
+    joined = " ".join(command)
+    assert command[0] == "bwrap" and "--unshare-all" in command and "--die-with-parent" in command
+    assert "--ro-bind / /" in joined and f"--bind {tmp_path} {tmp_path}" in joined
+    assert "--tmpfs /tmp" in joined and command[-3:] == ["python", "-c", "pass"]
+    assert not any(arg.startswith("/dev/nvidia") for arg in command)  # CPU: no GPU device nodes
+    home = os.path.expanduser("~")
+    if home not in ("/", ""):
+        assert f"--tmpfs {home}" in joined
+
+
+def test_bubblewrap_keeps_the_interpreter_visible_when_it_lives_under_home(tmp_path):
+    import sys
+
+    command = isolation.wrap_command(isolation.Backend("bubblewrap", True, True, True),
+                                     ["true"], tmp_path, "cpu", ())
+    hidden = isolation._hidden_directories()
+    for path in {sys.base_prefix, sys.prefix}:
+        if any(path.startswith(h + "/") for h in hidden):
+            assert path in command
+
+
+def test_no_isolation_backend_warns():
+    backend = isolation.select_backend("none")
+    assert backend.name == "none" and not backend.network_isolated
+    assert any("bubblewrap" in w for w in backend.warnings)
+
+
+@pytest.mark.bwrap
+def test_auto_prefers_bubblewrap_when_it_works():
+    assert isolation.select_backend("auto").name == "bubblewrap"
+
+
+def test_explicit_bubblewrap_without_bwrap_is_a_clear_error(monkeypatch):
+    isolation._bubblewrap_works.cache_clear()
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    try:
+        with pytest.raises(isolation.IsolationError, match="apt-get install bubblewrap"):
+            isolation.select_backend("bubblewrap")
+        assert isolation.select_backend("auto").name in ("unshare", "none")
+    finally:
+        isolation._bubblewrap_works.cache_clear()
+        isolation._unshare_works.cache_clear()
