@@ -8,7 +8,6 @@ sandbox itself failed (a worker could not start).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path

@@ -9,7 +9,7 @@ __all__ = ["EvalOptions", "EvalResult", "evaluate"]
 
 
 def evaluate(problem, candidate_source, options=None):
-    """Judge a candidate against a problem's reference; see kernelopt.sandbox.evaluate."""
-    from kernelopt.sandbox.evaluate import evaluate as _evaluate
+    """Judge a candidate against a problem's reference; see kernelopt.sandbox.referee."""
+    from kernelopt.sandbox.referee import evaluate as _evaluate
 
     return _evaluate(problem, candidate_source, options)

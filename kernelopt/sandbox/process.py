@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from kernelopt.sandbox import isolation
@@ -25,6 +24,7 @@ _BOOT = (
     "from worker.main import main; main(sys.argv[1:])"
 )
 LOG_TAIL_BYTES = 16 << 10
+_WATCH_INTERVAL_S = 0.05
 
 
 class WorkerDied(RuntimeError):
@@ -107,6 +107,32 @@ class WorkerProcess:
             return WorkerDied(f"{self.role} worker was killed by signal {name}")
         return WorkerDied(f"{self.role} worker exited with code {code}")
 
+    def record_baseline(self) -> None:
+        """Call once the worker said hello: the processes of the sandbox (bwrap, the worker)
+        and the worker's threads at that point are the harness's own."""
+        tree = self._live_tree()
+        self.worker_pid = _leaf_of_chain(self.process.pid)
+        self.baseline_processes = len(tree)
+        self.baseline_threads = self.thread_count()
+
+    def extra_processes(self) -> int:
+        """Processes in the sandbox beyond the harness's own, seen from the host, so a
+        candidate cannot hide them (daemonized grandchildren included: in a PID namespace they
+        are reparented to its init, which stays in the tree)."""
+        return len(self._live_tree()) - self.baseline_processes
+
+    def thread_growth(self) -> int:
+        return self.thread_count() - self.baseline_threads
+
+    def thread_count(self) -> int:
+        try:
+            return len(os.listdir(f"/proc/{self.worker_pid}/task"))
+        except (OSError, AttributeError):
+            return 0
+
+    def _live_tree(self) -> list[int]:
+        return [pid for pid in [self.process.pid, *_descendants(self.process.pid)] if not _is_zombie(pid)]
+
     def log_tail(self) -> str:
         try:
             with open(self.log_path, "rb") as handle:
@@ -149,7 +175,7 @@ class WorkerProcess:
             pass
 
     def _watch_memory(self) -> None:
-        while not self._stop_watch.wait(0.02):
+        while not self._stop_watch.wait(_WATCH_INTERVAL_S):
             if self.process.poll() is not None:
                 return
             used = sum(_rss_bytes(pid) for pid in [self.process.pid, *_descendants(self.process.pid)])
@@ -166,6 +192,41 @@ def _device_environment(device: str) -> dict[str, str]:
 
 
 def _descendants(root: int) -> list[int]:
+    """All processes below `root`. Reads the kernel's per-thread children lists (cheap: cost
+    follows the tree, not the machine); scans /proc where those lists are unavailable."""
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        children = _children(pid)
+        if children is None:
+            return _descendants_by_scan(root)
+        found.extend(children)
+        stack.extend(children)
+    return found
+
+
+def _children(pid: int) -> list[int] | None:
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []  # the process is gone
+    except OSError:
+        return None
+    children = []
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
+                children.extend(int(c) for c in handle.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None  # a kernel without children lists
+        except (OSError, ValueError):
+            continue
+    return children
+
+
+def _descendants_by_scan(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -183,6 +244,24 @@ def _descendants(root: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return found
+
+
+def _leaf_of_chain(pid: int) -> int:
+    """The worker process: the end of the single-child chain bwrap/unshare start."""
+    while True:
+        children = _children(pid) or []
+        if len(children) != 1:
+            return pid
+        pid = children[0]
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode(errors="replace")
+        return stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # gone
 
 
 def _rss_bytes(pid: int) -> int:

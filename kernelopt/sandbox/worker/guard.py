@@ -4,19 +4,20 @@ The worker binds the functions it times and checks with *before* importing the c
 reassigning `time.perf_counter` or `torch.cuda.synchronize` cannot change what the worker
 measures. Such a reassignment is still a clear sign of an attempt, so the guard snapshots the
 identity of every function and class in the namespaces the harness relies on and reports any
-that changed. It also reports Python threads, native threads and child processes the candidate
-left running (work done there would escape the timed region).
+that changed. It also reports Python threads and child processes the candidate left running
+(work done there would escape the timed region). All of this runs in the candidate's process
+and can be blinded by a determined candidate; the host's own census of the sandbox (threads,
+processes) and its clock do not depend on it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 
 # Namespaces whose callables the harness (or the reference semantics) depends on.
 _WATCHED_MODULES = (
-    "builtins", "time", "gc", "os", "threading", "ctypes",
+    "builtins", "sys", "time", "gc", "os", "threading", "_thread", "ctypes",
     "torch", "torch._C", "torch.cuda", "torch.nn.functional", "torch.testing",
     "torch.autograd", "torch.random",
 )
@@ -51,66 +52,85 @@ class Guard:
     """Snapshot of the runtime taken before the candidate runs, and the checks against it."""
 
     def __init__(self):
+        # The original objects themselves (not ids, which an impostor could reuse).
         self.snapshot = {
-            (space, key): id(value)
+            (space, key): value
             for space, namespace in _namespaces().items()
             for key, value in list(namespace.items())
             if _is_watched_value(value)
         }
-        # Keep the original objects alive so their ids cannot be recycled by impostors.
-        self._originals = [
-            value
-            for namespace in _namespaces().values()
-            for value in list(namespace.values())
-            if _is_watched_value(value)
-        ]
-        self.python_threads = {t.ident for t in threading.enumerate()}
-        self.native_threads = native_thread_count()
-
-    def rebaseline_threads(self) -> None:
-        """Record threads after the harness's own warm-up (torch starts its pools lazily)."""
-        self.python_threads = {t.ident for t in threading.enumerate()}
-        self.native_threads = native_thread_count()
+        self.python_threads = python_thread_ids()
 
     def violations(self) -> list[dict]:
-        """Everything the candidate changed or left running, as {flag, detail} records."""
+        """Everything the candidate changed or left running, as {flag, detail} records. A check
+        that cannot run (the candidate blocked it, e.g. with an audit hook) is a violation."""
         found = []
-        patched = self.patched_names()
-        if patched:
-            found.append({"flag": "patched_runtime", "detail": "replaced: " + ", ".join(patched[:12])})
-        extra = [t for t in threading.enumerate() if t.ident not in self.python_threads and t.is_alive()]
-        if extra:
-            names = ", ".join(t.name for t in extra[:5])
-            found.append({"flag": "python_threads", "detail": f"{len(extra)} thread(s) left running: {names}"})
-        children = live_children()
-        if children:
-            found.append({"flag": "child_processes", "detail": f"child process(es) left running: {children[:5]}"})
+        for check in (self._patches, self._threads, self._children):
+            try:
+                problem = check()
+            except BaseException as exc:  # noqa: BLE001 - anything here is the candidate's doing
+                problem = {"flag": "patched_runtime",
+                           "detail": f"the harness's {check.__name__[1:]} check was blocked: {type(exc).__name__}: {exc}"}
+            if problem:
+                found.append(problem)
         return found
 
-    def native_thread_growth(self) -> int:
-        return native_thread_count() - self.native_threads
+    def _patches(self) -> dict | None:
+        patched = self.patched_names()
+        if patched:
+            return {"flag": "patched_runtime", "detail": "replaced: " + ", ".join(patched[:12])}
+        return None
+
+    def _threads(self) -> dict | None:
+        extra = python_thread_ids() - self.python_threads
+        if extra:
+            return {"flag": "python_threads", "detail": f"{len(extra)} Python thread(s) left running"}
+        return None
+
+    def _children(self) -> dict | None:
+        children = live_children()
+        if children:
+            return {"flag": "child_processes", "detail": f"child process(es) left running: {children[:5]}"}
+        return None
 
     def patched_names(self) -> list[str]:
         current = _namespaces()
         changed = []
-        for (space, key), original_id in self.snapshot.items():
+        for (space, key), original in self.snapshot.items():
             namespace = current.get(space)
             if namespace is None:
                 continue
             value = namespace.get(key, _MISSING)
-            if value is _MISSING or id(value) != original_id:
+            if value is not original and not _torch_wrapper_of(value, original):
                 changed.append(f"{space}.{key}")
         return sorted(changed)
+
+
+def _torch_wrapper_of(value, original) -> bool:
+    """torch wraps some of its own functions lazily (importing torch._dynamo, as torch.compile
+    does, wraps torch.manual_seed): a wrapper defined inside torch around the original is not
+    the candidate's doing."""
+    if value is _MISSING or not callable(value):
+        return False
+    try:
+        import inspect
+
+        import torch
+
+        code_file = getattr(getattr(value, "__code__", None), "co_filename", "")
+        torch_dir = os.path.dirname(torch.__file__) + os.sep
+        return inspect.unwrap(value) is original and code_file.startswith(torch_dir)
+    except Exception:  # noqa: BLE001 - anything odd is not a recognised torch wrapper
+        return False
 
 
 _MISSING = object()
 
 
-def native_thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
+def python_thread_ids() -> set[int]:
+    """Every thread running Python code, including ones started with `_thread` directly, which
+    `threading.enumerate()` does not list."""
+    return set(sys._current_frames())
 
 
 def live_children() -> list[int]:

@@ -104,8 +104,9 @@ class _CountingModule:
 
 
 class Worker:
-    def __init__(self, role: str, out_fd: int):
+    def __init__(self, role: str, reader: wire.FrameReader, out_fd: int):
         self.role = role
+        self.reader = reader
         self.out_fd = out_fd
         self.model = None
         self.problem = None
@@ -175,7 +176,15 @@ class Worker:
         hash_inputs = bool(msg.get("hash_inputs"))
         before = [measure.digest(inputs) for inputs in all_inputs] if hash_inputs else None
         calls_before = self.tracker.calls
+        if msg.get("timed"):
+            # Handshake so the host's own clock brackets exactly the loop of calls.
+            wire.write_frame(self.out_fd, {"ok": True, "ready": True})
+            go, _ = self.reader.read()
+            if go.get("cmd") != "go":
+                return {"ok": False, "kind": "protocol", "error": "expected go"}, []
         timed = [self._call(inputs) for inputs in all_inputs]
+        if msg.get("timed"):
+            wire.write_frame(self.out_fd, {"ok": True, "done": True})
         calls, blobs = [], []
         for index, (seed, inputs, (event_ms, host_ms, kept, aliased)) in enumerate(zip(seeds, all_inputs, timed)):
             record = {"seed": seed, "ms": event_ms, "host_ms": host_ms, "aliases_input": aliased,
@@ -191,7 +200,6 @@ class Worker:
         reply = {"ok": True, "calls": calls, "extension_calls": self.tracker.calls - calls_before,
                  **self._labels()}
         reply["violations"] = self.guard.violations() if self.role == "candidate" else []
-        reply["native_thread_growth"] = self.guard.native_thread_growth()
         return reply, blobs
 
     def _call(self, inputs) -> tuple[float, float, list, bool]:
@@ -345,7 +353,7 @@ def _describe(exc: BaseException) -> str:
 
 def serve(role: str, cmd_fd: int, out_fd: int) -> None:
     reader = wire.FrameReader(cmd_fd)
-    worker = Worker(role, out_fd)
+    worker = Worker(role, reader, out_fd)
     wire.write_frame(out_fd, {"ok": True, "hello": wire.PROTOCOL_VERSION, "pid": os.getpid()})
     while True:
         try:
