@@ -79,8 +79,15 @@ class Timing(BaseModel):
     candidate: TimingStats
     rounds: int
     calls_per_round: int
+    reference_ms: float = Field(description="the reference's median")
+    candidate_ms: float = Field(
+        description="the candidate's median, or the host-clock bound when its timer claims less"
+    )
+    candidate_host_bound_ms: float | None = Field(
+        None, description="candidate time implied by the host clock around its loop of calls"
+    )
     wall_speedup: float | None = Field(
-        None, description="speedup from host wall-clock per batch (overheads included)"
+        None, description="speedup from the host clock around each loop of calls (harness work included)"
     )
     reference_overhead_ms: float | None = None
     candidate_overhead_ms: float | None = None

@@ -1,0 +1,19 @@
+# problem: 1_ReLU
+# expect-status: correct
+# expect-kind: pytorch
+# speedup-min: 0.8
+# speedup-max: 1.25
+# family: honest timing calibration
+# why: a verbatim copy of the reference on a small, allocation-bound kernel (one 4 MB output per
+#   call) must measure as about 1.0x; process-level state that differs between the two workers
+#   (allocator thresholds, page faults, thread pools) must not decide the speedup
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)

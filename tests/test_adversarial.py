@@ -1,0 +1,733 @@
+"""The adversarial corpus: every candidate under tests/adversarial/ against the real referee.
+
+Each candidate file starts with a block of `# key: value` comment lines that says which problem
+it targets and what the referee must conclude (see HEADER_KEYS). One parametrized test per file
+evaluates it and checks the verdict. The escape families (network, files, secrets) need host-side
+setup and have explicit tests below, built from tests/adversarial/templates/; so do malformed
+problems and candidates.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(__file__).resolve().parent / "adversarial"
+TEMPLATES = CORPUS / "templates"
+PROBLEMS = REPO / "examples" / "level1"
+
+STATUSES = {"correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected"}
+FLAGS = {
+    "patched_runtime",
+    "python_threads",
+    "child_processes",
+    "output_not_plain_tensor",
+    "output_aliases_input",
+    "input_mutation",
+    "inputs_differ",
+    "inconsistent_outputs",
+    "reduced_precision",
+    "memory_limit",
+    "custom_kernel_unused",
+}
+KINDS = {"pytorch", "cpp_extension", "cuda_extension", "triton", "cuda_graph",
+         "library_setting", "torch_compile"}
+MARKERS = {"gpu", "slow", "bwrap"}
+# key -> may it appear more than once
+HEADER_KEYS = {
+    "problem": False,
+    "expect-status": False,
+    "expect-not-status": False,
+    "expect-flag": True,
+    "expect-kind": True,
+    "marker": True,
+    "timeout": False,
+    "memory-limit": False,
+    "precision-policy": False,
+    "speedup-min": False,
+    "speedup-max": False,
+    "family": False,
+    "why": False,
+}
+DEFAULT_TIMEOUT = 120.0
+TIMING_BUDGET = 2.0
+MIN_TIMED_CALLS = 5
+
+_KEY_LINE = re.compile(r"^#\s?(?P<key>[a-z][a-z0-9-]*):\s*(?P<value>.*?)\s*$")
+_CONTINUATION = re.compile(r"^#\s{2,}\S")
+
+
+class HeaderError(ValueError):
+    pass
+
+
+@dataclass
+class Case:
+    path: Path
+    problem: str
+    statuses: set[str] = field(default_factory=set)
+    not_statuses: set[str] = field(default_factory=set)
+    flags: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    markers: set[str] = field(default_factory=set)
+    timeout: float = DEFAULT_TIMEOUT
+    memory_limit: int | None = None
+    precision_policy: str | None = None
+    speedup_min: float | None = None
+    speedup_max: float | None = None
+    family: str = ""
+    why: str = ""
+
+    @property
+    def rel(self) -> str:
+        return self.path.relative_to(CORPUS).as_posix()
+
+
+def read_header(path: Path) -> list[tuple[str, str]]:
+    """The (key, value) pairs of the leading comment block; continuation lines are joined."""
+    pairs: list[tuple[str, str]] = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.startswith("#"):
+            break
+        match = _KEY_LINE.match(line)
+        if match:
+            pairs.append((match["key"], match["value"]))
+        elif _CONTINUATION.match(line) and pairs:
+            key, value = pairs[-1]
+            pairs[-1] = (key, f"{value} {line[1:].strip()}")
+        elif line.strip() == "#":
+            continue
+        else:
+            raise HeaderError(f"{path}:{lineno}: unrecognised header line {line!r}")
+    return pairs
+
+
+def parse_case(path: Path) -> Case:
+    """Strictly parse and validate a candidate's header."""
+    pairs = read_header(path)
+    if not pairs:
+        raise HeaderError(f"{path}: no header")
+    seen: dict[str, int] = {}
+    for key, _ in pairs:
+        if key not in HEADER_KEYS:
+            raise HeaderError(f"{path}: unknown header key {key!r} (known: {sorted(HEADER_KEYS)})")
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > 1 and not HEADER_KEYS[key]:
+            raise HeaderError(f"{path}: header key {key!r} given more than once")
+    values: dict[str, list[str]] = {}
+    for key, value in pairs:
+        if not value:
+            raise HeaderError(f"{path}: header key {key!r} has no value")
+        values.setdefault(key, []).append(value)
+
+    def words(key: str) -> list[str]:
+        return [word for value in values.get(key, []) for word in value.split()]
+
+    def number(key: str, kind=float):
+        if key not in values:
+            return None
+        try:
+            return kind(values[key][0])
+        except ValueError:
+            raise HeaderError(f"{path}: {key} must be a {kind.__name__}: {values[key][0]!r}")
+
+    if "problem" not in values:
+        raise HeaderError(f"{path}: missing `problem`")
+    problem = values["problem"][0]
+    if not (PROBLEMS / f"{problem}.py").is_file():
+        raise HeaderError(f"{path}: problem {problem!r} is not a file in {PROBLEMS}")
+    case = Case(path=path, problem=problem)
+    case.statuses = set(words("expect-status"))
+    case.not_statuses = set(words("expect-not-status"))
+    if not case.statuses and not case.not_statuses:
+        raise HeaderError(f"{path}: needs expect-status or expect-not-status")
+    for status in case.statuses | case.not_statuses:
+        if status not in STATUSES:
+            raise HeaderError(f"{path}: unknown status {status!r}")
+    if case.statuses & case.not_statuses:
+        raise HeaderError(f"{path}: a status is both expected and excluded")
+    case.flags = words("expect-flag")
+    for flag in case.flags:
+        if flag not in FLAGS:
+            raise HeaderError(f"{path}: unknown flag {flag!r}")
+    case.kinds = words("expect-kind")
+    for kind in case.kinds:
+        if kind not in KINDS:
+            raise HeaderError(f"{path}: unknown optimization kind {kind!r}")
+    case.markers = set(words("marker"))
+    for marker in case.markers:
+        if marker not in MARKERS:
+            raise HeaderError(f"{path}: unknown marker {marker!r}")
+    timeout = number("timeout")
+    if timeout is not None:
+        if timeout <= 0:
+            raise HeaderError(f"{path}: timeout must be positive")
+        case.timeout = timeout
+    case.memory_limit = number("memory-limit", int)
+    if case.memory_limit is not None and case.memory_limit <= 0:
+        raise HeaderError(f"{path}: memory-limit must be positive")
+    if "precision-policy" in values:
+        case.precision_policy = values["precision-policy"][0]
+        if case.precision_policy not in ("flag", "reject"):
+            raise HeaderError(f"{path}: precision-policy must be flag or reject")
+    case.speedup_min = number("speedup-min")
+    case.speedup_max = number("speedup-max")
+    if (case.speedup_min is not None or case.speedup_max is not None) and (
+        case.statuses and "correct" not in case.statuses
+    ):
+        raise HeaderError(f"{path}: speedup bounds only apply to a correct verdict")
+    case.family = values.get("family", [""])[0]
+    case.why = values.get("why", [""])[0]
+    if not case.family or not case.why:
+        raise HeaderError(f"{path}: every case documents its `family` and `why`")
+    return case
+
+
+def discover() -> list[Path]:
+    """Every candidate file: *.py under the corpus, except templates/ and hidden/_ folders."""
+    found = []
+    for path in sorted(CORPUS.rglob("*.py")):
+        parts = path.relative_to(CORPUS).parts
+        if parts[0] == "templates" or any(p.startswith((".", "_")) for p in parts):
+            continue
+        found.append(path)
+    return found
+
+
+def _mark(name: str):
+    # `bwrap` is not registered in pyproject's marker list; do not warn about it at collection.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+        return getattr(pytest.mark, name)
+
+
+def _marks_for(markers: set[str]) -> list:
+    marks = [_mark(m) for m in sorted(markers)]
+    if "gpu" in markers:
+        marks.append(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))
+    if "bwrap" in markers:
+        marks.append(pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap"))
+    return marks
+
+
+def _case_params():
+    params = []
+    for path in discover():
+        rel = path.relative_to(CORPUS).as_posix()
+        try:  # lenient at collection: a broken header fails in the test, not the collection
+            markers = {w for k, v in read_header(path) if k == "marker" for w in v.split()}
+        except (HeaderError, OSError):
+            markers = set()
+        params.append(pytest.param(path, marks=_marks_for(markers & MARKERS), id=rel))
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the referee
+
+
+def _options(device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, **extra):
+    from kernelopt.sandbox import EvalOptions
+
+    settings = dict(
+        device=device,
+        timeout=timeout,
+        timing_budget=TIMING_BUDGET,
+        min_timed_calls=MIN_TIMED_CALLS,
+    )
+    settings.update({k: v for k, v in extra.items() if v is not None})
+    return EvalOptions(**settings)
+
+
+def _evaluate(problem_path: Path, source: str, options):
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import evaluate
+
+    return evaluate(load_problem(problem_path), source, options)
+
+
+def describe(result, limit: int = 4000) -> str:
+    """Everything needed to diagnose a verdict from a failure message."""
+    failed_checks = [f"{c.name}: {c.detail}" for c in (result.checks or []) if not c.passed]
+    trials = [
+        f"#{t.index} passed={t.passed} max_abs={t.max_abs_error} rel_l2={t.rel_l2_error} "
+        f"{t.message}"
+        for t in (result.trials or [])
+    ]
+    lines = [
+        f"status={result.status} correct={result.correct} speedup={result.speedup} "
+        f"(reference_ms={result.reference_ms}, candidate_ms={result.candidate_ms})",
+        f"message: {result.message}",
+        f"flags: {result.flags}",
+        f"optimization_kinds: {result.optimization_kinds}",
+        f"isolation: {result.isolation.model_dump() if result.isolation else None}",
+        f"warnings: {result.warnings}",
+        f"failed checks: {failed_checks}",
+        f"trials: {trials}",
+        f"compile_log (tail): {result.compile_log[-limit // 2:]}",
+        f"candidate_output (tail): {result.candidate_output[-limit:]}",
+    ]
+    return "\n".join(lines)
+
+
+def check_verdict(case: Case, result, elapsed: float) -> list[str]:
+    """The ways `result` disagrees with the case's header (empty when it agrees)."""
+    problems = []
+    if case.statuses and result.status not in case.statuses:
+        problems.append(f"status {result.status!r} is not one of {sorted(case.statuses)}")
+    if result.status in case.not_statuses:
+        problems.append(f"status {result.status!r} is excluded")
+    if result.correct != (result.status == "correct"):
+        problems.append(f"correct={result.correct} contradicts status {result.status!r}")
+    for flag in case.flags:
+        if flag not in result.flags:
+            problems.append(f"flag {flag!r} missing")
+    for kind in case.kinds:
+        if kind not in result.optimization_kinds:
+            problems.append(f"optimization kind {kind!r} missing")
+    if result.status == "correct" and (case.speedup_min is not None or case.speedup_max is not None):
+        if result.speedup is None:
+            problems.append("a correct verdict without a speedup")
+        else:
+            if case.speedup_min is not None and result.speedup < case.speedup_min:
+                problems.append(f"speedup {result.speedup:.3f} < {case.speedup_min}")
+            if case.speedup_max is not None and result.speedup > case.speedup_max:
+                problems.append(f"speedup {result.speedup:.3f} > {case.speedup_max} (inflated)")
+    # The evaluation timeout bounds the whole evaluation; allow slack for process teardown.
+    bound = case.timeout * 1.5 + 30
+    if elapsed > bound:
+        problems.append(f"evaluation took {elapsed:.0f}s, over {bound:.0f}s for timeout {case.timeout}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The corpus
+
+
+def test_public_evaluate_survives_submodule_import():
+    """`from kernelopt.sandbox import evaluate` must stay the function after the implementation
+    module (kernelopt.sandbox.referee) has been imported, as it is by the first evaluation."""
+    import importlib
+
+    importlib.import_module("kernelopt.sandbox.referee")
+    from kernelopt.sandbox import evaluate
+
+    assert callable(evaluate), f"kernelopt.sandbox.evaluate is {evaluate!r}, not a function"
+
+
+def test_corpus_is_discovered():
+    files = discover()
+    rels = [p.relative_to(CORPUS).as_posix() for p in files]
+    assert any(r.startswith("honest/") for r in rels), rels
+    assert any(r.startswith("hacks/") for r in rels), rels
+    assert not any(r.startswith("templates/") for r in rels), rels
+    assert (TEMPLATES / "network_escape.py").is_file()
+
+
+@pytest.mark.parametrize("path", discover(), ids=lambda p: p.relative_to(CORPUS).as_posix())
+def test_header_is_valid(path):
+    case = parse_case(path)
+    source = path.read_text(encoding="utf-8")
+    compile(source, str(path), "exec")  # candidates in the corpus are valid Python
+    assert re.search(r"^class ModelNew\(", source, re.MULTILINE), f"{path}: no ModelNew"
+    if path.relative_to(CORPUS).parts[0] == "honest":
+        assert case.statuses == {"correct"}, f"{path}: honest candidates must expect correct"
+
+
+def test_header_parser_rejects_typos(tmp_path):
+    good = "# problem: 1_ReLU\n# expect-status: correct\n# family: f\n# why: w\nimport torch\n"
+    (tmp_path / "good.py").write_text(good)
+    assert parse_case(tmp_path / "good.py").statuses == {"correct"}
+    bad_headers = {
+        "unknown_key.py": good.replace("# why: w", "# why: w\n# expect-flags: input_mutation"),
+        "bad_status.py": good.replace("correct", "corect"),
+        "bad_flag.py": good.replace("# why: w", "# why: w\n# expect-flag: python_thread"),
+        "bad_marker.py": good.replace("# why: w", "# why: w\n# marker: gpus"),
+        "bad_line.py": good.replace("# why: w", "# why: w\n# expect status correct"),
+        "no_problem.py": good.replace("# problem: 1_ReLU\n", ""),
+        "missing_problem.py": good.replace("1_ReLU", "9_Nothing"),
+        "twice.py": good.replace("# why: w", "# why: w\n# problem: 2_LinearGELU"),
+    }
+    for name, text in bad_headers.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(HeaderError):
+            parse_case(tmp_path / name)
+
+
+@pytest.mark.parametrize("path", _case_params())
+def test_adversarial_case(path):
+    case = parse_case(path)
+    device = "cuda" if "gpu" in case.markers else "cpu"
+    options = _options(
+        device=device,
+        timeout=case.timeout,
+        memory_limit=case.memory_limit,
+        precision_policy=case.precision_policy,
+        isolation="bubblewrap" if "bwrap" in case.markers else None,
+    )
+    started = time.monotonic()
+    result = _evaluate(PROBLEMS / f"{case.problem}.py", path.read_text(encoding="utf-8"), options)
+    elapsed = time.monotonic() - started
+    problems = check_verdict(case, result, elapsed)
+    assert not problems, (
+        f"{case.rel} ({case.family}): {'; '.join(problems)}\n"
+        f"why this case exists: {case.why}\n{describe(result)}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Escape families: host-side setup around a template
+
+
+def _fill(template: str, **values: str) -> str:
+    source = (TEMPLATES / template).read_text(encoding="utf-8")
+    for key, value in values.items():
+        source = source.replace("{" + key + "}", value)
+    return source
+
+
+class _Listener:
+    """A TCP (and, where the port is free, UDP) listener on 127.0.0.1 that records contacts."""
+
+    def __init__(self):
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.tcp.bind(("127.0.0.1", 0))
+        self.tcp.listen(16)
+        self.tcp.settimeout(0.2)
+        self.port = self.tcp.getsockname()[1]
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.udp.bind(("127.0.0.1", self.port))
+            self.udp.settimeout(0.2)
+        except OSError:
+            self.udp.close()
+            self.udp = None
+        self.contacts: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        while not self._stop.is_set():
+            try:
+                conn, addr = self.tcp.accept()
+            except (socket.timeout, TimeoutError):
+                conn = None
+            except OSError:
+                break
+            if conn is not None:
+                with conn:
+                    conn.settimeout(1.0)
+                    try:
+                        data = conn.recv(4096)
+                    except OSError:
+                        data = b""
+                self.contacts.append(f"tcp from {addr}: {data!r}")
+            if self.udp is not None:
+                try:
+                    data, addr = self.udp.recvfrom(4096)
+                    self.contacts.append(f"udp from {addr}: {data!r}")
+                except (socket.timeout, TimeoutError, OSError):
+                    pass
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(0.5)  # let a late connection land before stopping
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.tcp.close()
+        if self.udp is not None:
+            self.udp.close()
+
+
+def test_network_escape_is_blocked():
+    with _Listener() as listener:
+        source = _fill("network_escape.py", PORT=str(listener.port))
+        result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options())
+    assert not listener.contacts, (
+        f"the candidate reached the host's loopback: {listener.contacts}\n{describe(result)}"
+    )
+    assert result.status == "correct", describe(result)
+    assert result.isolation is not None and result.isolation.network_isolated, describe(result)
+
+
+@_mark("bwrap")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+def test_file_escape_is_blocked(tmp_path):
+    token = secrets.token_hex(8)
+    outside = tmp_path / "outside" / "escaped.txt"
+    tmp_escape = Path(f"/tmp/kernelopt_escape_{token}")
+    sentinel = REPO / f".kernelopt_escape_sentinel_{token}"
+    repo_new = REPO / f"kernelopt_escape_{token}.txt"
+    problem_copy = tmp_path / "level1" / "1_ReLU.py"
+    problem_copy.parent.mkdir()
+    shutil.copyfile(PROBLEMS / "1_ReLU.py", problem_copy)
+    problem_before = problem_copy.read_bytes()
+    sentinel_text = f"sentinel {token}\n"
+    sentinel.write_text(sentinel_text)
+    try:
+        source = _fill(
+            "file_escape.py",
+            PATH=str(outside),
+            TMP_ESCAPE=str(tmp_escape),
+            REPO_FILE=str(sentinel),
+            REPO_NEW=str(repo_new),
+            PROBLEM_FILE=str(problem_copy),
+        )
+        result = _evaluate(problem_copy, source, _options(isolation="bubblewrap"))
+        leaks = []
+        if outside.exists():
+            leaks.append(f"wrote {outside}")
+        if tmp_escape.exists():
+            leaks.append(f"wrote {tmp_escape}")
+        if repo_new.exists():
+            leaks.append(f"created {repo_new}")
+        if sentinel.read_text() != sentinel_text:
+            leaks.append(f"modified {sentinel}")
+        if problem_copy.read_bytes() != problem_before:
+            leaks.append(f"modified the problem file {problem_copy}")
+        assert not leaks, f"file escape: {leaks}\n{describe(result)}"
+        assert result.isolation is not None and result.isolation.backend == "bubblewrap", describe(result)
+        assert result.isolation.filesystem_confined, describe(result)
+        assert result.status == "correct", describe(result)
+    finally:
+        for path in (sentinel, repo_new, tmp_escape):
+            try:
+                path.unlink()
+            except (FileNotFoundError, IsADirectoryError, PermissionError):
+                pass
+
+
+ENV_SECRETS = {"OPENAI_API_KEY": "sk-kernelopt-test-secret-123", "HF_TOKEN": "hf_kernelopt_test_456"}
+
+
+@pytest.fixture
+def planted_process_secret():
+    """Another host process (like the user's shell) with a secret in its environment."""
+    secret = f"kernelopt-proc-secret-{secrets.token_hex(6)}"
+    env = dict(os.environ, KERNELOPT_OTHER_PROCESS_TOKEN=secret)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield secret
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _assert_no_leak(result, planted: dict[str, str]):
+    dump = result.model_dump_json()
+    leaked = [name for name, value in planted.items() if value in dump]
+    assert not leaked, f"secrets leaked into the EvalResult: {leaked}\n{describe(result)}"
+
+
+@pytest.mark.parametrize("raise_with_loot", [False, True], ids=["prints", "raises"])
+def test_environment_secrets_do_not_leak(monkeypatch, planted_process_secret, raise_with_loot):
+    for name, value in ENV_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    source = _fill("secrets_leak.py", RAISE="1" if raise_with_loot else "0")
+    result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options())
+    _assert_no_leak(result, {**ENV_SECRETS, "other process": planted_process_secret})
+    if raise_with_loot:
+        assert result.status == "runtime_error", describe(result)
+    else:
+        assert result.status == "correct", describe(result)
+        # The candidate's output is kept (tail) - the check above is not vacuous.
+        assert "LOOT" in result.candidate_output, describe(result)
+
+
+@_mark("bwrap")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+def test_home_dotfile_secrets_do_not_leak(monkeypatch, tmp_path):
+    home = tmp_path / "home"
+    (home / ".aws").mkdir(parents=True)
+    netrc_secret = f"kernelopt-netrc-secret-{secrets.token_hex(6)}"
+    env_file_secret = f"sk-kernelopt-envfile-secret-{secrets.token_hex(6)}"
+    aws_secret = f"kernelopt-aws-secret-{secrets.token_hex(6)}"
+    (home / ".netrc").write_text(f"machine example.com login me password {netrc_secret}\n")
+    (home / ".env").write_text(f"OPENAI_API_KEY={env_file_secret}\n")
+    (home / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key = {aws_secret}\n")
+    monkeypatch.setenv("HOME", str(home))
+    for name, value in ENV_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    source = _fill("secrets_leak.py", RAISE="0")
+    result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options(isolation="bubblewrap"))
+    _assert_no_leak(
+        result,
+        {**ENV_SECRETS, ".netrc": netrc_secret, ".env": env_file_secret, ".aws": aws_secret},
+    )
+    assert result.status == "correct", describe(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed problems and candidates
+
+RELU_CANDIDATE = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+"""
+
+BROKEN_PROBLEMS = {
+    "syntax_error": "import torch\nclass Model(torch.nn.Module)\n    pass\n",
+    "missing_get_inputs": (
+        "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return x\n\ndef get_init_inputs():\n    return []\n"
+    ),
+    "model_not_a_class": (
+        "import torch\n\ndef Model():\n    return torch.nn.ReLU()\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 4)]\n\ndef get_init_inputs():\n    return []\n"
+    ),
+    "model_is_a_value": (
+        "import torch\n\nModel = torch.nn.ReLU\n\n"
+        "def get_inputs():\n    return [torch.randn(4, 4)]\n\ndef get_init_inputs():\n    return []\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_PROBLEMS))
+def test_broken_problem_is_refused(tmp_path, name):
+    from kernelopt.kernelbench import ProblemError, load_problem
+
+    path = tmp_path / f"1_{name}.py"
+    path.write_text(BROKEN_PROBLEMS[name])
+    with pytest.raises(ProblemError) as excinfo:
+        load_problem(path)
+    assert str(path) in str(excinfo.value)
+    assert isinstance(excinfo.value, ValueError)
+
+
+def test_missing_problem_file_is_refused(tmp_path):
+    from kernelopt.kernelbench import ProblemError, load_problem
+
+    path = tmp_path / "7_Missing.py"
+    with pytest.raises(ProblemError) as excinfo:
+        load_problem(path)
+    assert str(path) in str(excinfo.value)
+
+
+FAILING_PROBLEMS = {
+    "get_inputs_raises": (
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n\n"
+        "def get_inputs():\n    raise RuntimeError('problem bug: cannot build inputs')\n\n"
+        "def get_init_inputs():\n    return []\n"
+    ),
+    "get_init_inputs_raises": (
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n\n"
+        "def get_inputs():\n    return [torch.randn(8, 8)]\n\n"
+        "def get_init_inputs():\n    raise RuntimeError('problem bug: cannot build init inputs')\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_PROBLEMS))
+def test_problem_failing_at_runtime_raises_problem_error(tmp_path, name):
+    from kernelopt.kernelbench import ProblemError, load_problem
+
+    path = tmp_path / f"1_{name}.py"
+    path.write_text(FAILING_PROBLEMS[name])
+    load_problem(path)  # statically fine
+    with pytest.raises(ProblemError) as excinfo:
+        _evaluate(path, RELU_CANDIDATE, _options(timeout=60))
+    assert str(path) in str(excinfo.value), str(excinfo.value)
+
+
+BAD_CANDIDATES = {
+    "syntax_error": (
+        "compile_error",
+        "import torch\nclass ModelNew(torch.nn.Module)\n    def forward(self, x):\n"
+        "        return torch.relu(x)\n",
+    ),
+    "no_model_new": (
+        "compile_error",
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n",
+    ),
+    "model_new_not_a_module": (
+        "compile_error runtime_error",
+        "import torch\n\ndef ModelNew():\n    return torch.nn.ReLU()\n",
+    ),
+    "init_raises": (
+        "runtime_error",
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        raise ValueError('init failed on purpose')\n\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n",
+    ),
+    "import_raises": (
+        "runtime_error compile_error",
+        "import torch\nimport torch.nn as nn\n\nraise ImportError('no such kernel library')\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
+    ),
+    "forward_raises": (
+        "runtime_error",
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n        raise RuntimeError('forward failed on purpose')\n",
+    ),
+    "wrong_init_signature": (
+        "runtime_error compile_error",
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self, a, b, c):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n",
+    ),
+    "wrong_output_shape": (
+        "incorrect",
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n        return torch.relu(x).t().contiguous()\n",
+    ),
+    "wrong_output_count": (
+        "incorrect rejected",
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n        y = torch.relu(x)\n        return y, y.clone()\n",
+    ),
+    "returns_none": (
+        "rejected incorrect runtime_error",
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n        return None\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CANDIDATES))
+def test_bad_candidate_verdict(name):
+    expected, source = BAD_CANDIDATES[name]
+    result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options(timeout=60))
+    assert result.status in expected.split(), f"expected {expected}\n{describe(result)}"
+    assert not result.correct
+    assert result.speedup is None or result.status == "correct", describe(result)
+    if name in ("init_raises", "forward_raises", "import_raises"):
+        # The candidate's own error must reach whoever reads the verdict.
+        text = result.message + result.candidate_output
+        assert "on purpose" in text or "no such kernel library" in text, describe(result)
