@@ -71,6 +71,9 @@ def scrubbed_environment(scratch: Path, extra: dict[str, str] | None = None) -> 
         "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
         "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
         "MALLOC_TOP_PAD_": str(64 << 20),
+        # torch.compile compiles in the worker's own thread: no compile pool threads or
+        # processes that would outlive the call (and look like the candidate's).
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
     })
     env.update(extra or {})
     return env

@@ -207,12 +207,12 @@ class _Session:
                 out = compare.load_tensors(blobs[self.candidate][index])
             except (compare.BadOutputBlob, IndexError) as exc:
                 raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
-            comparison = compare.compare_outputs(out, compare.load_tensors(blobs[self.reference][index]),
-                                                 self.options)
+            expected = compare.load_tensors(blobs[self.reference][index])
+            comparison = compare.compare_outputs(out, expected, self.options)
             self.reduced_precision |= comparison.reduced_precision
             self.trials.append(compare.trial_result(index, seeds[index], comparison))
-        self.bytes_per_call = max(1, ref.calls[0].input_bytes + sum(
-            t.numel() * t.element_size() for t in compare.load_tensors(blobs[self.reference][0])))
+            output_bytes = sum(t.numel() * t.element_size() for t in expected)
+            self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + output_bytes)
         failed = [t for t in self.trials if not t.passed]
         self.checks.append(Check(name="correctness", passed=not failed,
                                  detail=f"{len(self.trials) - len(failed)}/{len(self.trials)} trials passed"))

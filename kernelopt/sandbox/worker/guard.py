@@ -107,19 +107,18 @@ class Guard:
 
 
 def _torch_wrapper_of(value, original) -> bool:
-    """torch wraps some of its own functions lazily (importing torch._dynamo, as torch.compile
-    does, wraps torch.manual_seed): a wrapper defined inside torch around the original is not
-    the candidate's doing."""
+    """torch patches some of its own functions lazily: importing torch._dynamo (as
+    torch.compile does) wraps torch.manual_seed and replaces nn.Module.__init__ with its
+    mutation guard. A replacement whose code lives inside torch's package is not the
+    candidate's doing. (A white-box candidate could forge a code object's file name; the
+    verdict does not rest on this guard.)"""
     if value is _MISSING or not callable(value):
         return False
     try:
-        import inspect
-
         import torch
 
         code_file = getattr(getattr(value, "__code__", None), "co_filename", "")
-        torch_dir = os.path.dirname(torch.__file__) + os.sep
-        return inspect.unwrap(value) is original and code_file.startswith(torch_dir)
+        return code_file.startswith(os.path.dirname(torch.__file__) + os.sep)
     except Exception:  # noqa: BLE001 - anything odd is not a recognised torch wrapper
         return False
 
