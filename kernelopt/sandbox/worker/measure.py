@@ -169,6 +169,19 @@ def _sums(x: torch.Tensor, w: torch.Tensor) -> list[float]:
     return torch.stack([x.sum(), torch.linalg.vector_norm(x, 1), torch.dot(x, x), torch.dot(x, w)]).tolist()
 
 
+def copy_outputs(outputs: list[torch.Tensor], buffers: list[torch.Tensor] | None) -> list[torch.Tensor]:
+    """Copies of the outputs, written into `buffers` when every one matches in shape, dtype and
+    device, else freshly allocated."""
+    fits = buffers is not None and len(buffers) == len(outputs) and all(
+        b.shape == t.shape and b.dtype == t.dtype and b.device == t.device and b.is_contiguous()
+        for b, t in zip(buffers, outputs))
+    if not fits:
+        return [t.detach().clone(memory_format=torch.contiguous_format) for t in outputs]
+    for buffer, t in zip(buffers, outputs):
+        buffer.copy_(t.detach())
+    return buffers
+
+
 def serialize(tensors: list[torch.Tensor]) -> bytes:
     """Plain CPU copies saved with torch.save; the host loads them with weights_only=True."""
     buffer = io.BytesIO()
