@@ -373,7 +373,9 @@ class _Session:
         own timer does not account for (cloning the output, loop bookkeeping) is the same
         harness work in both workers; a candidate whose timer under-reports (forged timings) or
         that does work between its timed regions shows a larger gap than the reference."""
-        allowance = slack_r + max(slack_r, 0.2) + 0.1 * cand_median_ms
+        # Small gaps are noise or small forgeries: the speedup then uses the host-clock bound
+        # (see _timing_phase). Only a gross gap is rejected outright.
+        allowance = 3 * slack_r + 1.0 + 0.5 * cand_median_ms
         passed = slack_c <= allowance
         self.checks.append(Check(name="wall_clock_consistency", passed=passed,
                                  detail=f"per-call loop time outside the timer: candidate {slack_c:.3f} ms, "
