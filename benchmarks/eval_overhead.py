@@ -19,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PROBLEM = REPO / "examples" / "level1" / "1_ReLU.py"
-CANDIDATE = REPO / "examples" / "candidates" / "relu_clamp.py"
+CANDIDATE = REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py"
 
 
 def run_once(device: str, timing_budget: float) -> tuple[float, dict]:

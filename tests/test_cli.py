@@ -22,7 +22,7 @@ def kernelopt(*args: str) -> subprocess.CompletedProcess:
 
 def test_json_mode_prints_exactly_one_object_with_the_contract_fields(example):
     run = kernelopt("eval", "--reference", str(example("1_ReLU")),
-                    "--candidate", "examples/candidates/relu_clamp.py", "--json", *FAST)
+                    "--candidate", "examples/candidates/1_ReLU/relu_clamp.py", "--json", *FAST)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)  # the whole of stdout is one JSON document
     assert isinstance(result, dict)
@@ -51,17 +51,17 @@ def test_a_wrong_candidate_is_a_verdict_with_exit_zero(example, tmp_path):
 
 def test_human_readable_output(example):
     run = kernelopt("eval", "--reference", str(example("1_ReLU")),
-                    "--candidate", "examples/candidates/relu_clamp.py", *FAST)
+                    "--candidate", "examples/candidates/1_ReLU/relu_clamp.py", *FAST)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("correct  speedup") and "isolation:" in run.stdout
 
 
 @pytest.mark.parametrize("args, complaint", [
-    (["--reference", "missing.py", "--candidate", "examples/candidates/relu_clamp.py"], "file not found"),
+    (["--reference", "missing.py", "--candidate", "examples/candidates/1_ReLU/relu_clamp.py"], "file not found"),
     (["--reference", "examples/level1/1_ReLU.py", "--candidate", "missing.py"], "file not found"),
-    (["--reference", "examples/level1/1_ReLU.py", "--candidate", "examples/candidates/relu_clamp.py",
+    (["--reference", "examples/level1/1_ReLU.py", "--candidate", "examples/candidates/1_ReLU/relu_clamp.py",
       "--device", "tpu"], "invalid device"),
-    (["--reference", "examples/level1/1_ReLU.py", "--candidate", "examples/candidates/relu_clamp.py",
+    (["--reference", "examples/level1/1_ReLU.py", "--candidate", "examples/candidates/1_ReLU/relu_clamp.py",
       "--memory-limit", "lots"], "invalid size"),
 ])
 def test_unusable_input_exits_2_with_a_message_on_stderr(args, complaint):
@@ -74,7 +74,7 @@ def test_broken_problem_exits_2_naming_the_file(tmp_path):
     broken = tmp_path / "9_Broken.py"
     broken.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
     run = kernelopt("eval", "--reference", str(broken), "--candidate",
-                    "examples/candidates/relu_clamp.py", "--json")
+                    "examples/candidates/1_ReLU/relu_clamp.py", "--json")
     assert run.returncode == 2
     assert str(broken) in run.stderr and "get_inputs" in run.stderr
 
@@ -85,7 +85,7 @@ def test_reference_whose_get_inputs_raises_exits_2(tmp_path):
                       "def get_inputs():\n    raise RuntimeError('no inputs today')\n"
                       "def get_init_inputs():\n    return []\n")
     run = kernelopt("eval", "--reference", str(broken), "--candidate",
-                    "examples/candidates/relu_clamp.py", "--json", *FAST)
+                    "examples/candidates/1_ReLU/relu_clamp.py", "--json", *FAST)
     assert run.returncode == 2
     assert str(broken) in run.stderr and "no inputs today" in run.stderr
 

@@ -2,7 +2,8 @@
 
 Exit codes: 0 when a verdict was reached (whatever it is), 2 for unusable input (a missing
 file, an invalid problem, a device or isolation backend that is not available), 3 when the
-sandbox itself failed (a worker could not start).
+sandbox itself failed (a worker could not start). `optimize` adds 1 for a run that started and
+then stopped on an error (see cli_optimize.py).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kernelopt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_eval_command(commands)
+    from kernelopt.agent.cli_optimize import add_commands  # it imports this module's exit codes
+
+    add_commands(commands)
     return parser
 
 

@@ -74,6 +74,10 @@ def scrubbed_environment(scratch: Path, extra: dict[str, str] | None = None) -> 
         # torch.compile compiles in the worker's own thread: no compile pool threads or
         # processes that would outlive the call (and look like the candidate's).
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
+        # The two workers take turns on the same cores: OpenMP threads that spin while idle
+        # (the default) would steal the cores from the worker being timed. Passive waiting
+        # makes an idle worker's threads sleep, for both workers alike.
+        "OMP_WAIT_POLICY": "PASSIVE",
     })
     env.update(extra or {})
     return env

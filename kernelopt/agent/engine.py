@@ -1,0 +1,298 @@
+"""The search engine: what a strategy calls to turn a prompt into a judged candidate.
+
+`Search.attempt(messages)` reserves budget, asks the LLM (in a pool of `concurrency` threads),
+extracts the code, and hands it to the evaluation lane, returning a future of the `Attempt`.
+LLM calls of one batch overlap with the evaluation of earlier answers; evaluations run one at a
+time per device by default, because concurrent timing on one device would skew the speedups.
+
+Everything goes through the run store first: a call this run already finished is replayed from
+it, an identical code hash is judged once, and the cross-run response cache answers repeated
+requests. Because strategies decide only from finished batches and a seeded RNG, replaying a
+run after a crash sends the same requests in the same order, so resuming redoes no finished
+work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kernelopt.agent.budget import Budget
+from kernelopt.agent.llm import LLMCallError, LLMClient, LLMConfigError, LLMSettings, request_key
+from kernelopt.agent.parsing import FormatError, extract_code
+from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, short_error
+from kernelopt.agent.store import CallRecord, RunStore
+from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.sandbox import EvalOptions, EvalResult, evaluate
+from kernelopt.sandbox.isolation import IsolationError
+from kernelopt.sandbox.process import SandboxError
+
+# Failures of the machinery rather than of a candidate: every further evaluation would fail too.
+FATAL_EVAL_ERRORS = (ProblemError, IsolationError, SandboxError)
+
+
+def code_hash(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+@dataclass
+class Attempt:
+    """One LLM answer and what became of it."""
+
+    index: int                       # 1-based, in the order the strategy asked
+    parent: Attempt | None = None
+    data: dict = field(default_factory=dict)   # the strategy's own (depth, generation, ...)
+    candidate_id: int | None = None
+    code: str | None = None
+    code_hash: str | None = None
+    format_error: str | None = None
+    llm_error: str | None = None
+    eval_error: str | None = None    # the evaluation itself could not run
+    result: EvalResult | None = None
+    duplicate: bool = False          # same code as an earlier candidate: judged once
+
+    @property
+    def status(self) -> str:
+        if self.llm_error:
+            return "llm_error"
+        if self.format_error:
+            return "format_error"
+        if self.result is not None:
+            return self.result.status
+        return "not_evaluated"
+
+    @property
+    def correct(self) -> bool:
+        return self.result is not None and self.result.correct
+
+    @property
+    def score(self) -> float:
+        """The search's reward: the speedup of a correct candidate, 0 for anything else."""
+        return float(self.result.speedup or 0.0) if self.correct else 0.0
+
+    @property
+    def feedback(self) -> str:
+        if self.format_error:
+            return format_error_feedback(self.format_error)
+        if self.result is not None:
+            return feedback_text(self.result)
+        return f"verdict: not evaluated\nmessage: {self.eval_error or self.llm_error or 'unknown'}"
+
+    @property
+    def headline(self) -> str:
+        if self.correct:
+            r = self.result
+            return (f"correct, speedup {r.speedup:.3f}x (reference {r.reference_ms:.4g} ms, "
+                    f"candidate {r.candidate_ms:.4g} ms)")
+        return self.status.replace("_", " ")
+
+    def view(self) -> dict:
+        """What the prompt templates see."""
+        return {"label": f"attempt {self.index}", "headline": self.headline, "code": self.code,
+                "feedback": self.feedback, "correct": self.correct, "score": self.score,
+                "error": None if self.correct else short_error(self.feedback)}
+
+
+class Search:
+    def __init__(self, *, run_id: str, problem: Problem, store: RunStore, client: LLMClient | None,
+                 settings: LLMSettings, budget: Budget, eval_options: EvalOptions,
+                 prompts: PromptContext, use_cache: bool = True, eval_workers: int = 1,
+                 on_event: Callable[[str, Attempt], None] | None = None,
+                 evaluator: Callable[[Problem, str, EvalOptions], EvalResult] = evaluate):
+        self.run_id, self.problem, self.store = run_id, problem, store
+        self.client, self.settings, self.budget = client, settings, budget
+        self.eval_options, self.prompts, self.use_cache = eval_options, prompts, use_cache
+        self.on_event = on_event or (lambda kind, attempt: None)
+        self.evaluator = evaluator
+        self.attempts: list[Attempt] = []
+        self.fatal: Exception | None = None
+        self._occurrences: Counter[str] = Counter()
+        self._evaluations: dict[str, Future] = {}
+        self._lock = threading.Lock()
+        self._llm_pool = ThreadPoolExecutor(max(1, settings.concurrency), thread_name_prefix="llm")
+        self._eval_pool = ThreadPoolExecutor(max(1, eval_workers), thread_name_prefix="eval")
+
+    def close(self) -> None:
+        self._llm_pool.shutdown(wait=True, cancel_futures=True)
+        self._eval_pool.shutdown(wait=True, cancel_futures=True)
+
+    # what strategies use ---------------------------------------------------------------------
+
+    def stop_reason(self) -> str | None:
+        return self.budget.stop_reason()
+
+    def attempt(self, messages: list[dict], parent: Attempt | None = None,
+                data: dict | None = None) -> Future | None:
+        """Ask for one candidate and judge it; None when the budget allows no more."""
+        if not self.budget.reserve_attempt():
+            return None
+        request = self.settings.request(messages)
+        key, occurrence = self._next_key(request)
+        attempt = Attempt(index=len(self.attempts) + 1, parent=parent, data=dict(data or {}))
+        self.attempts.append(attempt)
+        done: Future = Future()
+        self._llm_pool.submit(self._run_attempt, attempt, request, key, occurrence, done)
+        return done
+
+    def wait(self, futures: list[Future | None]) -> list[Attempt]:
+        return [f.result() for f in futures if f is not None]
+
+    def critique(self, attempt: Attempt) -> str | None:
+        """An optional diagnosis of a failed or slow attempt by the LLM (one more call)."""
+        if not self.budget.reserve_call():
+            return None
+        request = self.settings.request(self.prompts.messages("critique.j2", last=attempt.view()))
+        key, occurrence = self._next_key(request)
+        try:
+            return self._call(request, key, occurrence, "critique").content
+        except LLMConfigError as exc:
+            self._fail(exc)
+        except LLMCallError:
+            pass
+        return None
+
+    def best(self) -> Attempt | None:
+        correct = [a for a in self.attempts if a.correct]
+        return max(correct, key=lambda a: (a.score, -a.index)) if correct else None
+
+    def judged(self) -> list[Attempt]:
+        """Attempts with a response (code or a format error), in order: what prompts can cite."""
+        return [a for a in self.attempts if a.status not in ("llm_error", "not_evaluated")]
+
+    # internals -------------------------------------------------------------------------------
+
+    def _next_key(self, request: dict) -> tuple[str, int]:
+        key = request_key(request)
+        with self._lock:
+            occurrence = self._occurrences[key]
+            self._occurrences[key] += 1
+        return key, occurrence
+
+    def _fail(self, exc: Exception) -> None:
+        with self._lock:
+            self.fatal = self.fatal or exc
+        self.budget.stop(f"stopped: {exc}")
+
+    def _run_attempt(self, attempt: Attempt, request: dict, key: str, occurrence: int,
+                     done: Future) -> None:
+        try:
+            self._answer(attempt, request, key, occurrence)
+        except Exception as exc:  # never lose the run to one attempt's surprise
+            attempt.eval_error = f"internal error: {type(exc).__name__}: {exc}"
+        if attempt.code is None:
+            self.budget.release_evaluation()
+            self._finish(attempt, done)
+            return
+        judged = self._evaluation(attempt)
+        judged.add_done_callback(lambda f: self._judged(attempt, f, done))
+
+    def _answer(self, attempt: Attempt, request: dict, key: str, occurrence: int) -> None:
+        if self.budget.stop_reason() and self.fatal:
+            attempt.llm_error = "not sent: the run stopped"
+            return
+        try:
+            call = self._call(request, key, occurrence, "generate")
+        except LLMConfigError as exc:
+            self._fail(exc)
+            attempt.llm_error = str(exc)
+            return
+        except LLMCallError as exc:
+            attempt.llm_error = str(exc)
+            return
+        try:
+            extracted = extract_code(call.content or "")
+            attempt.code, attempt.code_hash = extracted.code, code_hash(extracted.code)
+        except FormatError as exc:
+            attempt.format_error = str(exc)
+        stored = self.store.candidate_for_call(call.id) if call.source == "run" else None
+        if stored:
+            attempt.candidate_id = stored["id"]
+        else:
+            parent_id = attempt.parent.candidate_id if attempt.parent else None
+            attempt.candidate_id = self.store.add_candidate(
+                self.run_id, call.id, parent_id, attempt.code, attempt.code_hash,
+                attempt.format_error, attempt.data)
+
+    def _call(self, request: dict, key: str, occurrence: int, purpose: str) -> CallRecord:
+        """A finished call of this run, else the cross-run cache, else the endpoint."""
+        record = self.store.find_call(self.run_id, key, occurrence)
+        if record is None and self.use_cache:
+            cached = self.store.cached_answer(key, occurrence)
+            if cached is not None:
+                cached.id = self.store.add_call(
+                    self.run_id, key, occurrence, purpose, request, content=cached.content,
+                    reasoning=cached.reasoning, prompt_tokens=cached.prompt_tokens,
+                    completion_tokens=cached.completion_tokens, cost=0.0, source="cache")
+                record = cached
+        if record is None:
+            record = self._call_endpoint(request, key, occurrence, purpose)
+        self.budget.add_usage(record.prompt_tokens + record.completion_tokens, record.cost)
+        return record
+
+    def _call_endpoint(self, request: dict, key: str, occurrence: int, purpose: str) -> CallRecord:
+        if self.client is None:
+            raise LLMConfigError("no LLM endpoint configured")
+        try:
+            c = self.client.complete(request)
+        except (LLMCallError, LLMConfigError) as exc:
+            self.store.add_call(self.run_id, key, occurrence, purpose, request, error=str(exc))
+            raise
+        call_id = self.store.add_call(
+            self.run_id, key, occurrence, purpose, request, content=c.content, reasoning=c.reasoning,
+            response=c.response, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+            latency_s=c.latency_s, cost=c.cost, attempts=c.attempts)
+        self.store.cache_answer(key, occurrence, c.content, c.reasoning, c.response,
+                                c.prompt_tokens, c.completion_tokens)
+        return CallRecord(id=call_id, content=c.content, reasoning=c.reasoning,
+                          prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+                          latency_s=c.latency_s, cost=c.cost, source="endpoint", error=None)
+
+    def _evaluation(self, attempt: Attempt) -> Future:
+        """The verdict for this code: judged once per run, however often it is proposed."""
+        with self._lock:
+            known = self._evaluations.get(attempt.code_hash)
+            if known is not None:
+                attempt.duplicate = True
+                self.budget.release_evaluation()
+                return known
+            stored = self.store.find_evaluation(self.run_id, attempt.code_hash)
+            if stored is not None:
+                future: Future = Future()
+                future.set_result(EvalResult.model_validate_json(stored))
+            else:
+                future = self._eval_pool.submit(self._judge, attempt.code, attempt.code_hash)
+            self._evaluations[attempt.code_hash] = future
+            return future
+
+    def _judge(self, code: str, digest: str) -> EvalResult | None:
+        if self.fatal:
+            return None
+        try:
+            result = self.evaluator(self.problem, code, self.eval_options)
+        except FATAL_EVAL_ERRORS as exc:
+            self._fail(exc)
+            return None
+        self.store.add_evaluation(self.run_id, digest, result)
+        return result
+
+    def _judged(self, attempt: Attempt, judged: Future, done: Future) -> None:
+        exc = judged.exception()
+        if exc is not None:
+            attempt.eval_error = f"internal error: {type(exc).__name__}: {exc}"
+        elif judged.result() is None:
+            attempt.eval_error = f"not evaluated: {self.fatal}"
+        else:
+            attempt.result = judged.result()
+            if attempt.correct:
+                self.budget.record_speedup(attempt.score)
+        self._finish(attempt, done)
+
+    def _finish(self, attempt: Attempt, done: Future) -> None:
+        try:
+            self.on_event("attempt", attempt)
+        finally:
+            done.set_result(attempt)

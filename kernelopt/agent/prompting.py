@@ -1,0 +1,95 @@
+"""Prompts: the Jinja2 templates in `kernelopt/prompts/` rendered into chat messages, and the
+referee's feedback turned into text for them.
+
+Templates use StrictUndefined, so a missing variable is an error here, never a silently empty
+prompt. The backend (`cuda` for GPUs, `cpp` for CPUs) picks the one-shot example and wording;
+another backend (Triton) is one more `_example_<backend>.j2` and a word in the system prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prompts"
+BACKENDS = ("cuda", "cpp")
+
+_env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+                          undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                          trim_blocks=True, lstrip_blocks=True, autoescape=False)
+
+LOG_LINES = 40          # compile log lines shown to the model
+OUTPUT_CHARS = 1500     # candidate stdout/stderr tail shown
+HISTORY_ERROR_CHARS = 600
+
+
+@dataclass
+class PromptContext:
+    """What every prompt of one run shares."""
+
+    reference_source: str
+    problem_name: str
+    backend: str
+    device_desc: str
+
+    def render(self, template: str, **values) -> str:
+        return _env.get_template(template).render(
+            reference_source=self.reference_source.strip(), problem_name=self.problem_name,
+            backend=self.backend, device_desc=self.device_desc, **values).strip() + "\n"
+
+    def messages(self, template: str, **values) -> list[dict]:
+        return [{"role": "system", "content": self.render("system.j2")},
+                {"role": "user", "content": self.render(template, **values)}]
+
+
+def device_description(device: str, device_name: str | None = None) -> str:
+    if device.startswith("cuda"):
+        return f"an NVIDIA GPU ({device_name})" if device_name else "an NVIDIA GPU"
+    return "the CPU"
+
+
+def backend_for(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpp"
+
+
+def feedback_text(result) -> str:
+    """The referee's verdict as the model should read it: what failed and why, with numbers."""
+    lines = [f"verdict: {result.status}"]
+    if result.message:
+        lines.append(f"message: {result.message.strip()}")
+    if result.status == "correct" and result.speedup is not None:
+        lines.append(f"timing: reference {result.reference_ms:.4g} ms, candidate {result.candidate_ms:.4g} ms, "
+                     f"speedup {result.speedup:.3f}x")
+    failed = [t for t in result.trials if not t.passed]
+    for trial in failed[:3]:
+        stats = ", ".join(f"{name} {value:.3g}" for name, value in (
+            ("max abs error", trial.max_abs_error), ("max rel error", trial.max_rel_error),
+            ("relative L2 error", trial.rel_l2_error), ("mismatched fraction", trial.mismatch_fraction))
+            if value is not None)
+        lines.append(f"trial {trial.index}: {trial.message or 'mismatch'}" + (f" ({stats})" if stats else ""))
+    if result.optimization_kinds:
+        lines.append("optimization kind: " + ", ".join(result.optimization_kinds))
+    if result.flags:
+        lines.append("flags: " + ", ".join(result.flags))
+    log = result.compile_log.strip().splitlines()
+    if log and result.status != "correct":
+        lines.append(f"compile log (last {min(len(log), LOG_LINES)} lines):")
+        lines.extend(log[-LOG_LINES:])
+    output = result.candidate_output.strip()
+    if output and result.status != "correct":
+        lines.append("program output (tail):")
+        lines.append(output[-OUTPUT_CHARS:])
+    return "\n".join(lines)
+
+
+def format_error_feedback(message: str) -> str:
+    return f"verdict: format_error\nmessage: {message}"
+
+
+def short_error(feedback: str) -> str:
+    """The decisive part of a failed attempt's feedback, for the history list of later prompts."""
+    lines = [line for line in feedback.splitlines() if not line.startswith("verdict:")]
+    text = " ".join(line.strip() for line in lines if line.strip())
+    return text[:HISTORY_ERROR_CHARS] + (" ..." if len(text) > HISTORY_ERROR_CHARS else "")
