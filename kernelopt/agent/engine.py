@@ -94,7 +94,12 @@ class Attempt:
         """What the prompt templates see."""
         return {"label": f"attempt {self.index}", "headline": self.headline, "code": self.code,
                 "feedback": self.feedback, "correct": self.correct, "score": self.score,
-                "error": None if self.correct else short_error(self.feedback)}
+                "error": None if self.correct else self.error_summary()}
+
+    def error_summary(self) -> str:
+        if self.result is not None:
+            return short_error(self.result.message, self.result.compile_log)
+        return short_error(self.format_error or self.llm_error or self.eval_error or "")
 
 
 class Search:

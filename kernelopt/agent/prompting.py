@@ -8,6 +8,7 @@ another backend (Triton) is one more `_example_<backend>.j2` and a word in the s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,13 @@ _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
 LOG_LINES = 40          # compile log lines shown to the model
 OUTPUT_CHARS = 1500     # candidate stdout/stderr tail shown
 HISTORY_ERROR_CHARS = 600
+MESSAGE_CHARS = 400     # a longer message (a whole build log) is cut; its error lines are kept
+
+# Compiler diagnostics decide a build failure; compiler invocations (long lists of flags) never
+# do, and they fill a message that embeds a build log.
+_DIAGNOSTIC = re.compile(r":\d+(:\d+)?: (fatal )?error|undefined reference|error: ")
+_ERROR_LINE = re.compile(r"error|exception|not declared", re.IGNORECASE)
+_COMMAND = re.compile(r"(^|\[\d+/\d+\] )(\S*/)?(c\+\+|g\+\+|gcc|clang\+\+|nvcc|cicc|ptxas) |\s-isystem\s")
 
 
 @dataclass
@@ -57,8 +65,15 @@ def backend_for(device: str) -> str:
 def feedback_text(result) -> str:
     """The referee's verdict as the model should read it: what failed and why, with numbers."""
     lines = [f"verdict: {result.status}"]
-    if result.message:
-        lines.append(f"message: {result.message.strip()}")
+    message = without_commands(result.message)
+    if message:
+        cut = len(message) > MESSAGE_CHARS
+        lines.append(f"message: {message[:MESSAGE_CHARS]}" + (" ..." if cut else ""))
+    errors = [line for line in error_lines(result.message + "\n" + result.compile_log)
+              if line not in message[:MESSAGE_CHARS]]
+    if errors and result.status != "correct":
+        lines.append("error lines:")
+        lines.extend(errors)
     if result.status == "correct" and result.speedup is not None:
         lines.append(f"timing: reference {result.reference_ms:.4g} ms, candidate {result.candidate_ms:.4g} ms, "
                      f"speedup {result.speedup:.3f}x")
@@ -73,7 +88,7 @@ def feedback_text(result) -> str:
         lines.append("optimization kind: " + ", ".join(result.optimization_kinds))
     if result.flags:
         lines.append("flags: " + ", ".join(result.flags))
-    log = result.compile_log.strip().splitlines()
+    log = [line for line in result.compile_log.strip().splitlines() if not _COMMAND.search(line)]
     if log and result.status != "correct":
         lines.append(f"compile log (last {min(len(log), LOG_LINES)} lines):")
         lines.extend(log[-LOG_LINES:])
@@ -88,8 +103,37 @@ def format_error_feedback(message: str) -> str:
     return f"verdict: format_error\nmessage: {message}"
 
 
-def short_error(feedback: str) -> str:
-    """The decisive part of a failed attempt's feedback, for the history list of later prompts."""
-    lines = [line for line in feedback.splitlines() if not line.startswith("verdict:")]
-    text = " ".join(line.strip() for line in lines if line.strip())
+def without_commands(text: str) -> str:
+    """The text with compiler invocations cut out (a line is cut where the command starts)."""
+    kept = []
+    for line in text.strip().splitlines():
+        match = _COMMAND.search(line)
+        line = line[:match.start()].rstrip() + " [command]" if match else line
+        if line.strip() != "[command]":
+            kept.append(line)
+    return "\n".join(kept).strip()
+
+
+def error_lines(text: str, limit: int = 5) -> list[str]:
+    """The lines of a log that name an error: compiler diagnostics first, then exceptions."""
+    diagnostics: list[str] = []
+    others: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or _COMMAND.search(line) or line.startswith(("raise ", "File ")):
+            continue
+        if _DIAGNOSTIC.search(line):
+            diagnostics.append(line[:300])
+        elif _ERROR_LINE.search(line):
+            others.append(line[:300])
+    return list(dict.fromkeys(diagnostics + others))[:limit]
+
+
+def short_error(message: str, log: str = "") -> str:
+    """The decisive part of a failure, for the history list of later prompts: the message's
+    first line and the error lines of the message and log."""
+    cleaned = without_commands(message)
+    head = cleaned.splitlines()[0][:200] if cleaned else ""
+    errors = [line for line in error_lines(message + "\n" + log) if line not in head]
+    text = " | ".join([part for part in [head, *errors[:3]] if part])
     return text[:HISTORY_ERROR_CHARS] + (" ..." if len(text) > HISTORY_ERROR_CHARS else "")
