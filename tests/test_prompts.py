@@ -181,9 +181,6 @@ def test_refine_without_history_has_no_history_section():
     assert "Earlier attempts" not in user
 
 
-@pytest.mark.xfail(strict=True, reason="refine.j2: trim_blocks swallows the newlines after "
-                   "{% if h.error %} and {% endif %}, so all history entries and the next section "
-                   "run together on one line")
 def test_refine_history_entries_are_one_per_line():
     history = [compile_failure(1), format_failure(2), correct(3, 1.4)]
     user = context("cuda").render("refine.j2", last=compile_failure(4).view(), best=correct(3, 1.4).view(),
@@ -343,17 +340,19 @@ def test_format_error_feedback():
     assert format_error_feedback("no code") == "verdict: format_error\nmessage: no code"
 
 
-def test_short_error_drops_the_verdict_and_joins_lines():
-    assert short_error("verdict: compile_error\nmessage: failed\n\n  line one  \nline two") == (
-        "message: failed line one line two")
+def test_short_error_keeps_a_short_error_whole():
+    assert short_error("the kernel crashed") == "the kernel crashed"
+    assert short_error("") == ""
 
 
 def test_short_error_truncates():
-    long = "verdict: incorrect\n" + "x" * 1000
-    assert short_error(long) == "x" * HISTORY_ERROR_CHARS + " ..."
+    long = "build failed\n" + "\n".join(f"kernel.cu:{i}: error: " + "y" * 280 for i in range(4))
+    text = short_error(long)
     assert HISTORY_ERROR_CHARS == 600
-    exact = "verdict: incorrect\n" + "y" * 600
-    assert short_error(exact) == "y" * 600
+    assert len(text) == HISTORY_ERROR_CHARS + len(" ...")
+    assert text.endswith(" ...")
+    assert text.startswith("build failed")
+    assert "kernel.cu:0: error: yyy" in text
 
 
 # Attempt as the templates see it ---------------------------------------------------------------------
@@ -366,9 +365,12 @@ def test_attempt_with_a_format_error():
     assert a.score == 0.0
     assert not a.correct
     assert a.feedback == "verdict: format_error\nmessage: the answer holds no ```python block"
-    assert a.view() == {"label": "attempt 3", "headline": "format error", "code": None,
-                        "feedback": a.feedback, "correct": False, "score": 0.0,
-                        "error": "message: the answer holds no ```python block"}
+    view = a.view()
+    assert {k: v for k, v in view.items() if k != "error"} == {
+        "label": "attempt 3", "headline": "format error", "code": None, "feedback": a.feedback,
+        "correct": False, "score": 0.0}
+    assert "the answer holds no ```python block" in view["error"]
+    assert not view["error"].startswith("verdict:")
 
 
 def test_attempt_with_an_llm_error():
@@ -379,7 +381,7 @@ def test_attempt_with_an_llm_error():
     assert a.feedback == "verdict: not evaluated\nmessage: gave up after 6 attempts: 503: overloaded"
     view = a.view()
     assert view["label"] == "attempt 2"
-    assert view["error"] == "message: gave up after 6 attempts: 503: overloaded"
+    assert "gave up after 6 attempts: 503: overloaded" in view["error"]
     assert view["correct"] is False and view["code"] is None
 
 
@@ -411,8 +413,9 @@ def test_attempt_with_a_failed_result():
     assert a.score == 0.0
     assert not a.correct
     view = a.view()
-    assert view["error"] == short_error(feedback_text(a.result))
     assert "the extension did not build" in view["error"]
+    assert 'identifier "blockIdx" is undefined' in view["error"]
+    assert not view["error"].startswith("verdict:")
 
     runtime = Attempt(index=6, code="c", result=EvalResult(status="runtime_error", correct=False,
                                                            speedup=3.0))
