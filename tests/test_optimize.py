@@ -315,3 +315,19 @@ def test_a_killed_run_resumes_without_repeating_work(tmp_path):
     assert summary["best"]["speedup"] > 3
     after = db.execute("SELECT id, code_hash, created FROM evaluations ORDER BY id").fetchall()
     assert after[:2] == before and len(after) == 3    # finished evaluations kept, not redone
+
+
+def test_a_price_table_prices_the_calls_and_a_broken_one_is_an_input_error(endpoint, capsys, tmp_path):
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps({"test-model": [1000, 0], "other": [1, 1]}))
+    reply = Reply(content=NO_CODE, prompt_tokens=1000, completion_tokens=0)
+    with ScriptedLLMServer([reply]) as server:
+        code, summary, _ = optimize(capsys, server, tmp_path / "s.sqlite", "--budget", "5",
+                                    "--price-table", str(table), "--max-cost", "1.5")
+        assert code == 0 and summary["llm_calls"] == 2 and summary["cost"] == pytest.approx(2.0)
+        table.write_text("[1, 2]")
+        code, summary, err = optimize(capsys, server, tmp_path / "s.sqlite", "--price-table", str(table))
+    assert code == 2 and summary is None and "price table" in err
+    code = main(["optimize", str(PROBLEM), "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+                 "--max-cost", "1"])
+    assert code == 2 and "--max-cost needs a price" in capsys.readouterr().err

@@ -58,7 +58,8 @@ def add_optimize_command(commands) -> None:
     budget = p.add_argument_group("budget (the search stops at the first one spent)")
     budget.add_argument("--budget", type=int, default=None, metavar="N", help="LLM calls (default 8)")
     budget.add_argument("--max-tokens-total", type=int, default=None, metavar="N", help="prompt + completion tokens")
-    budget.add_argument("--max-cost", type=float, default=None, metavar="USD", help="dollars (needs --price)")
+    budget.add_argument("--max-cost", type=float, default=None, metavar="USD",
+                        help="dollars (needs --price or a price table entry for the model)")
     budget.add_argument("--max-evals", type=int, default=None, metavar="N", help="evaluations")
     budget.add_argument("--max-wall", type=float, default=None, metavar="S", help="wall-clock seconds")
     budget.add_argument("--target-speedup", type=float, default=None, metavar="X", help="stop once a correct candidate reaches X")
@@ -83,6 +84,8 @@ def add_optimize_command(commands) -> None:
                      help="attempts per call on 429/5xx/timeouts (default 6)")
     llm.add_argument("--price", type=float, nargs=2, default=None, metavar=("IN", "OUT"),
                      help="dollars per million input and output tokens (for cost records and --max-cost)")
+    llm.add_argument("--price-table", default=os.environ.get("KERNELOPT_PRICES"), metavar="FILE",
+                     help='JSON {"model": [IN, OUT]} of prices per million tokens (default: $KERNELOPT_PRICES)')
     llm.add_argument("--no-cache", action="store_true", help="always ask the endpoint, even for a request answered before")
     ev = p.add_argument_group("evaluation")
     ev.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
@@ -196,9 +199,10 @@ def apply_overrides(config, args, resuming: bool) -> None:
         config.base_url = args.base_url
     if resuming:
         return
-    if args.max_cost is not None and not args.price:
-        raise UsageError("--max-cost needs --price IN OUT (dollars per million tokens) to count cost")
-    config.price = list(args.price) if args.price else None
+    config.price = list(args.price) if args.price else price_from_table(args.price_table, config.model)
+    if args.max_cost is not None and not config.price:
+        raise UsageError(f"--max-cost needs a price for {config.model}: --price IN OUT (dollars per "
+                         "million tokens) or an entry in --price-table")
     config.device = args.device
     config.backend = args.backend
     strategy = {"window": args.window, "width": args.width, "depth": args.depth, "beam": args.beam,
@@ -216,6 +220,18 @@ def apply_overrides(config, args, resuming: bool) -> None:
     for name, value in list(config.limits.items()) + list(config.strategy_options.items()):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             raise UsageError(f"{name} must not be negative")
+
+
+def price_from_table(path: str | None, model: str) -> list[float] | None:
+    from kernelopt.agent.llm import LLMConfigError, load_price_table
+
+    if not path:
+        return None
+    try:
+        price = load_price_table(path).get(model)
+    except LLMConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    return [price.input_per_mtok, price.output_per_mtok] if price else None
 
 
 class ProgressPrinter:

@@ -53,6 +53,19 @@ class Price:
         return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
 
 
+def load_price_table(path: str) -> dict[str, Price]:
+    """A JSON file mapping model names to [input, output] dollars per million tokens, e.g.
+    {"gpt-4o-mini": [0.15, 0.6]}. kernelopt ships no prices: they change, and a wrong one
+    would make cost budgets lie."""
+    try:
+        table = json.loads(open(path, encoding="utf-8").read())
+        return {str(model): Price(float(pair[0]), float(pair[1])) for model, pair in table.items()}
+    except (OSError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+        raise LLMConfigError(
+            f"price table {path}: {exc}; expected a JSON object like {{\"model\": [input, output]}} "
+            "in dollars per million tokens") from exc
+
+
 @dataclass
 class LLMSettings:
     model: str
