@@ -65,3 +65,14 @@ def test_explicit_bubblewrap_without_bwrap_is_a_clear_error(monkeypatch):
     finally:
         isolation._bubblewrap_works.cache_clear()
         isolation._unshare_works.cache_clear()
+
+
+def test_workers_run_one_passive_host_thread_unless_the_user_sets_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    env = isolation.scrubbed_environment(tmp_path)
+    assert env["OMP_NUM_THREADS"] == "1" and env["MKL_NUM_THREADS"] == "1"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    env = isolation.scrubbed_environment(tmp_path)
+    assert env["OMP_NUM_THREADS"] == "4" and env["MKL_NUM_THREADS"] == "4"
