@@ -379,14 +379,38 @@ def test_adversarial_case(path):
         precision_policy=case.precision_policy,
         isolation="bubblewrap" if "bwrap" in case.markers else None,
     )
+    source = path.read_text(encoding="utf-8")
     started = time.monotonic()
-    result = _evaluate(PROBLEMS / f"{case.problem}.py", path.read_text(encoding="utf-8"), options)
+    result = _evaluate(PROBLEMS / f"{case.problem}.py", source, options)
     elapsed = time.monotonic() - started
     problems = check_verdict(case, result, elapsed)
+    if problems and _only_timing_bounds(case, problems):
+        result, problems = _median_of_three(case, result, source, options)
     assert not problems, (
         f"{case.rel} ({case.family}): {'; '.join(problems)}\n"
         f"why this case exists: {case.why}\n{describe(result)}"
     )
+
+
+def _only_timing_bounds(case: Case, problems: list[str]) -> bool:
+    """An honest case whose verdict is right but whose speedup fell outside its noise bounds.
+    One evaluation on a shared CI machine can be hit by a burst of noise (a 0.51x for an exact
+    copy was seen once); a biased referee is biased every time, so such cases are judged on the
+    median of three evaluations. Hack cases get no second chance: a hack that inflates its
+    speedup even once out of three is a hack that works."""
+    return case.rel.startswith("honest/") and all(p.startswith("speedup ") for p in problems)
+
+
+def _median_of_three(case: Case, first, source: str, options):
+    results = [first] + [_evaluate(PROBLEMS / f"{case.problem}.py", source, options) for _ in range(2)]
+    for result in results:
+        problems = check_verdict(case, result, elapsed=0.0)
+        if not all(p.startswith("speedup ") for p in problems):
+            return result, problems  # a wrong verdict on a re-run is a failure in its own right
+    speedups = sorted(r.speedup for r in results)
+    median = next(r for r in results if r.speedup == speedups[1])
+    problems = check_verdict(case, median, elapsed=0.0)
+    return median, [f"{p} (median of 3: {', '.join(f'{s:.3f}' for s in speedups)})" for p in problems]
 
 
 # ---------------------------------------------------------------------------------------------
