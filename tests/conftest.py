@@ -30,6 +30,20 @@ def _cuda_build_available() -> bool:
         return False
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_build_cache(tmp_path_factory):
+    """Extension builds made by the tests go to a cache of the test session, not the user's."""
+    import os
+
+    previous = os.environ.get("KERNELOPT_BUILD_CACHE")
+    os.environ["KERNELOPT_BUILD_CACHE"] = str(tmp_path_factory.mktemp("build-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("KERNELOPT_BUILD_CACHE", None)
+    else:
+        os.environ["KERNELOPT_BUILD_CACHE"] = previous
+
+
 def pytest_collection_modifyitems(config, items):
     skips = {
         "gpu": (_cuda_available(), "needs a CUDA device"),

@@ -51,3 +51,18 @@ def test_a_cuda_error_is_a_runtime_error_and_retires_the_worker(example):
     result = evaluate(load_problem(example("1_ReLU")), DEVICE_ASSERT, options())
     assert result.status == "runtime_error"
     assert "retired" in result.message or "CUDA" in result.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["fast", "exact", "stock"])
+def test_every_build_mode_yields_a_correct_cuda_kernel(example, mode, tmp_path):
+    """The host builder's libraries behave as stock builds: the same real CUDA kernel passes
+    in every mode (fast: lean header and split nvcc; exact: split nvcc; stock: ninja)."""
+    from conftest import REPO
+
+    source = (REPO / "tests" / "adversarial" / "honest" / "relu_cuda_extension.py").read_text()
+    result = evaluate(load_problem(example("1_ReLU")), source,
+                      options(timeout=900, build_mode=mode, build_cache=str(tmp_path / "cache")))
+    assert result.status == "correct", result.message
+    assert [(b.mode, b.cached) for b in result.builds] == [(mode, False)]
+    assert result.builds[0].lean == (mode == "fast")

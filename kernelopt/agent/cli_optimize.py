@@ -94,6 +94,8 @@ def add_optimize_command(commands) -> None:
     ev.add_argument("--timing-budget", type=float, default=None, metavar="S", help="seconds of timing per evaluation (default 10)")
     ev.add_argument("--correctness-trials", type=int, default=None, metavar="N", help="input sets checked (default 5)")
     ev.add_argument("--isolation", choices=["auto", "bubblewrap", "unshare", "none"], default=None)
+    ev.add_argument("--build-mode", choices=["fast", "exact", "stock", "off"], default=None,
+                    help="how candidates' extensions are built (default fast; see docs/builds.md)")
     out = p.add_argument_group("records")
     out.add_argument("--store", default=None, metavar="PATH", help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
     out.add_argument("--out", default=None, metavar="DIR", help="where best.py and summary.json go (default: next to the store, in RUN_ID/)")
@@ -215,7 +217,8 @@ def apply_overrides(config, args, resuming: bool) -> None:
            "timeout": args.llm_timeout, "max_attempts": args.retries}
     config.llm_options = {k: v for k, v in llm.items() if v is not None}
     ev = {"timeout": args.eval_timeout, "timing_budget": args.timing_budget,
-          "correctness_trials": args.correctness_trials, "isolation": args.isolation}
+          "correctness_trials": args.correctness_trials, "isolation": args.isolation,
+          "build_mode": args.build_mode}
     config.eval_options = {k: v for k, v in ev.items() if v is not None}
     for name, value in list(config.limits.items()) + list(config.strategy_options.items()):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:

@@ -128,17 +128,18 @@ def select_backend(choice: str) -> Backend:
 
 
 def wrap_command(backend: Backend, command: list[str], scratch: Path, device: str,
-                 pass_fds: tuple[int, ...]) -> list[str]:
-    """The command line that runs `command` under the backend."""
+                 pass_fds: tuple[int, ...], read_only: tuple[Path, ...] = ()) -> list[str]:
+    """The command line that runs `command` under the backend. `read_only`: directories the
+    sandbox may read even where they lie under a hidden directory (the builder's headers)."""
     if backend.name == "bubblewrap":
-        return _bubblewrap_prefix(scratch, device) + ["--"] + command
+        return _bubblewrap_prefix(scratch, device, read_only) + ["--"] + command
     if backend.name == "unshare":
         return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
                 *_unshare_user_flags(), "--"] + command
     return command
 
 
-def _bubblewrap_prefix(scratch: Path, device: str) -> list[str]:
+def _bubblewrap_prefix(scratch: Path, device: str, read_only: tuple[Path, ...] = ()) -> list[str]:
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all",
             "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
     if device.startswith("cuda"):
@@ -150,6 +151,9 @@ def _bubblewrap_prefix(scratch: Path, device: str) -> list[str]:
         args += ["--tmpfs", hidden]
     for needed in _paths_to_keep_visible(scratch):
         args += ["--ro-bind", needed, needed]
+    for path in read_only:
+        if Path(path).is_dir():
+            args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
     return args
 

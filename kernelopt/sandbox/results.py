@@ -41,6 +41,13 @@ class EvalOptions(BaseModel):
     timing_budget: float = Field(10.0, gt=0, description="seconds of timing at most")
     outlier_speedup: float = Field(10.0, gt=1, description="re-measure speedups above this")
     keep_scratch: bool = False
+    # Extension builds (see builds.py): the host builds what the candidate passes to
+    # load_inline/load and caches it; "off" lets the candidate build in its own sandbox.
+    build_mode: Literal["fast", "exact", "stock", "off"] = Field(
+        "fast", description="fast, exact, stock (host builds, cached) or off (built in the sandbox)"
+    )
+    build_cache: str | None = Field(None, description="build cache directory (default: $KERNELOPT_BUILD_CACHE "
+                                                      "or ~/.cache/kernelopt/builds)")
 
     def effective_max_rel_error(self) -> float:
         return self.max_rel_error if self.max_rel_error is not None else max(self.rtol, 1e-3)
@@ -124,6 +131,19 @@ class Environment(BaseModel):
     platform: str
 
 
+class BuildRecord(BaseModel):
+    """One extension build the candidate asked for."""
+
+    name: str
+    key: str
+    ok: bool
+    cached: bool = Field(description="found in the build cache (no compile)")
+    mode: str
+    lean: bool = Field(False, description="a CUDA source compiled with torch/types.h for torch/extension.h")
+    build_seconds: float = Field(description="compile time when it was built")
+    wait_seconds: float = Field(description="time this evaluation waited for it")
+
+
 class EvalResult(BaseModel):
     """The referee's verdict on one candidate."""
 
@@ -149,6 +169,8 @@ class EvalResult(BaseModel):
     candidate_output: str = Field("", description="tail of what the candidate printed")
     warnings: list[str] = Field(default_factory=list)
     durations: dict[str, float] = Field(default_factory=dict)
+    builds: list[BuildRecord] = Field(default_factory=list, description="extension builds the host made or "
+                                                                        "found in its cache")
 
     def summary(self) -> str:
         """A short human-readable verdict."""
