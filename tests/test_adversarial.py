@@ -2,7 +2,10 @@
 
 Each candidate file starts with a block of `# key: value` comment lines that says which problem
 it targets and what the referee must conclude (see HEADER_KEYS). One parametrized test per file
-evaluates it and checks the verdict. The escape families (network, files, secrets) need host-side
+evaluates it and checks the verdict. Cases with the same problem and options run one after the
+other through one shared Evaluator (warm reference worker, pre-started candidate workers, kept
+reference outputs), so the corpus proves the warm path; cases whose options differ get an
+Evaluator of their own. The escape families (network, files, secrets) need host-side
 setup and have explicit tests below, built from tests/adversarial/templates/; so do malformed
 problems and candidates.
 """
@@ -225,8 +228,10 @@ def _marks_for(markers: set[str]) -> list:
 
 
 def _case_params():
+    """One param per case, ordered so that cases sharing an Evaluator (same problem and
+    options) are adjacent."""
     params = []
-    for path in discover():
+    for path in sorted(discover(), key=_evaluator_group):
         rel = path.relative_to(CORPUS).as_posix()
         try:  # lenient at collection: a broken header fails in the test, not the collection
             markers = {w for k, v in read_header(path) if k == "marker" for w in v.split()}
@@ -234,6 +239,14 @@ def _case_params():
             markers = set()
         params.append(pytest.param(path, marks=_marks_for(markers & MARKERS), id=rel))
     return params
+
+
+def _evaluator_group(path: Path) -> tuple[str, str]:
+    try:
+        case = parse_case(path)
+        return case.problem, _case_options(case).model_dump_json()
+    except (HeaderError, OSError, ValueError):
+        return "~", ""  # a broken header: last, and its own test reports it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,11 +266,53 @@ def _options(device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, **extra):
     return EvalOptions(**settings)
 
 
+def _case_options(case: Case):
+    return _options(
+        device="cuda" if "gpu" in case.markers else "cpu",
+        timeout=case.timeout,
+        memory_limit=case.memory_limit,
+        precision_policy=case.precision_policy,
+        isolation="bubblewrap" if "bwrap" in case.markers else None,
+    )
+
+
 def _evaluate(problem_path: Path, source: str, options):
     from kernelopt.kernelbench import load_problem
     from kernelopt.sandbox import evaluate
 
     return evaluate(load_problem(problem_path), source, options)
+
+
+class SharedEvaluators:
+    """One warm Evaluator at a time: the corpus is ordered so that the cases sharing a problem
+    and options are adjacent; the Evaluator is replaced when they change."""
+
+    def __init__(self):
+        self.key: tuple[str, str] | None = None
+        self.evaluator = None
+
+    def evaluate(self, problem_path: Path, source: str, options):
+        from kernelopt.kernelbench import load_problem
+        from kernelopt.sandbox import Evaluator
+
+        key = (str(problem_path), options.model_dump_json())
+        if key != self.key:
+            self.close()
+            self.evaluator = Evaluator(load_problem(problem_path), options)
+            self.key = key
+        return self.evaluator.evaluate(source)
+
+    def close(self):
+        if self.evaluator is not None:
+            self.evaluator.close()
+        self.evaluator = self.key = None
+
+
+@pytest.fixture(scope="module")
+def shared_evaluators():
+    shared = SharedEvaluators()
+    yield shared
+    shared.close()
 
 
 def describe(result, limit: int = 4000) -> str:
@@ -369,23 +424,20 @@ def test_header_parser_rejects_typos(tmp_path):
 
 
 @pytest.mark.parametrize("path", _case_params())
-def test_adversarial_case(path):
+def test_adversarial_case(path, shared_evaluators):
     case = parse_case(path)
-    device = "cuda" if "gpu" in case.markers else "cpu"
-    options = _options(
-        device=device,
-        timeout=case.timeout,
-        memory_limit=case.memory_limit,
-        precision_policy=case.precision_policy,
-        isolation="bubblewrap" if "bwrap" in case.markers else None,
-    )
+    options = _case_options(case)
     source = path.read_text(encoding="utf-8")
+
+    def judge():
+        return shared_evaluators.evaluate(PROBLEMS / f"{case.problem}.py", source, options)
+
     started = time.monotonic()
-    result = _evaluate(PROBLEMS / f"{case.problem}.py", source, options)
+    result = judge()
     elapsed = time.monotonic() - started
     problems = check_verdict(case, result, elapsed)
     if problems and _only_timing_bounds(case, problems):
-        result, problems = _median_of_three(case, result, source, options)
+        result, problems = _median_of_three(case, result, judge)
     assert not problems, (
         f"{case.rel} ({case.family}): {'; '.join(problems)}\n"
         f"why this case exists: {case.why}\n{describe(result)}"
@@ -401,8 +453,8 @@ def _only_timing_bounds(case: Case, problems: list[str]) -> bool:
     return case.rel.startswith("honest/") and all(p.startswith("speedup ") for p in problems)
 
 
-def _median_of_three(case: Case, first, source: str, options):
-    results = [first] + [_evaluate(PROBLEMS / f"{case.problem}.py", source, options) for _ in range(2)]
+def _median_of_three(case: Case, first, judge):
+    results = [first] + [judge() for _ in range(2)]
     for result in results:
         problems = check_verdict(case, result, elapsed=0.0)
         if not all(p.startswith("speedup ") for p in problems):

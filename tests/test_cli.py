@@ -95,3 +95,59 @@ def test_size_parser():
 
     assert parse_size("8G") == 8 << 30 and parse_size("512M") == 512 << 20
     assert parse_size("1.5GiB") == int(1.5 * (1 << 30)) and parse_size("1000") == 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch form: several --candidate paths, or a directory of them
+
+WRONG = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+
+
+def test_batch_json_prints_one_object_per_line_with_its_candidate(example, tmp_path):
+    folder = tmp_path / "candidates"
+    folder.mkdir()
+    (folder / "b_wrong.py").write_text(WRONG)
+    shutil.copyfile(REPO / "examples/candidates/1_ReLU/relu_clamp.py", folder / "a_clamp.py")
+    (folder / "notes.txt").write_text("not a candidate")
+    single = tmp_path / "wrong_too.py"
+    single.write_text(WRONG + "# another\n")
+    run = kernelopt("eval", "--reference", str(example("1_ReLU")), "--candidate", str(single), str(folder),
+                    "--json", "--correctness-trials", "2", *FAST)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 3, run.stdout
+    results = {}
+    for line in lines:
+        record = json.loads(line)  # each line is one JSON document
+        assert isinstance(record, dict) and "status" in record and "trials" in record
+        results[record["candidate"]] = record
+    # The directory stands for its *.py files, in sorted order; the .txt is not a candidate.
+    assert set(results) == {str(single), str(folder / "a_clamp.py"), str(folder / "b_wrong.py")}
+    assert results[str(folder / "a_clamp.py")]["status"] == "correct"
+    assert results[str(folder / "a_clamp.py")]["speedup"] > 0
+    assert results[str(folder / "b_wrong.py")]["status"] == "incorrect"
+    assert results[str(single)]["status"] == "incorrect"
+
+
+def test_batch_without_json_prints_a_block_per_candidate(example, tmp_path):
+    paths = []
+    for name in ("one.py", "two.py"):
+        paths.append(tmp_path / name)
+        paths[-1].write_text(WRONG + f"# {name}\n")
+    run = kernelopt("eval", "--reference", str(example("1_ReLU")), "--candidate", *map(str, paths),
+                    "--correctness-trials", "1", "--jobs", "1", *FAST)
+    assert run.returncode == 0, run.stderr
+    blocks = [b for b in run.stdout.split("\n\n") if b.strip()]
+    assert sorted(b.splitlines()[0] for b in blocks) == sorted(f"== {p}" for p in paths)
+    assert all(b.splitlines()[1].startswith("incorrect") for b in blocks)
+
+
+@pytest.mark.parametrize("extra, complaint", [
+    (["missing.py"], "missing.py: file not found"),
+    (["examples"], "no *.py files"),  # a directory without candidates (only subfolders and a README)
+])
+def test_batch_refuses_an_unusable_candidate_before_any_work(extra, complaint):
+    run = kernelopt("eval", "--reference", "examples/level1/1_ReLU.py", "--candidate",
+                    "examples/candidates/1_ReLU/relu_clamp.py", *extra, "--json")
+    assert run.returncode == 2
+    assert complaint in run.stderr and run.stdout == ""

@@ -160,3 +160,26 @@ def test_blobs_must_hold_plain_tensors_and_cannot_run_code():
             compare.load_tensors(buffer.getvalue())
     with pytest.raises(compare.BadOutputBlob):
         compare.load_tensors(b"garbage")
+
+
+def test_a_difference_in_the_last_step_of_a_large_output_is_found():
+    """The full comparison works through the output in steps; none is skipped."""
+    ref = torch.randn(3 * compare._STEP + 5)
+    out = ref.clone()
+    out[-1] += 1.0
+    result = compare.compare_outputs([out], [ref], OPTIONS)
+    assert not result.passed and result.mismatch_fraction == 1 / ref.numel()
+    assert result.max_abs_error == pytest.approx(1.0, rel=1e-6)
+
+
+def test_error_statistics_match_a_whole_tensor_computation():
+    generator = torch.Generator().manual_seed(3)
+    ref = torch.randn(2 * compare._STEP + 123, generator=generator)
+    out = ref + 1e-4 * torch.randn(ref.shape, generator=generator)
+    result = compare.compare_outputs([out], [ref], OPTIONS)
+    o, r = out.double(), ref.double()
+    assert result.passed
+    assert result.max_abs_error == (o - r).abs().max().item()
+    assert result.max_rel_error == ((o - r).abs() / r.abs()).max().item()
+    assert result.rel_l2_error == pytest.approx(
+        (torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r)).item(), rel=1e-12)

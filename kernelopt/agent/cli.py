@@ -9,7 +9,7 @@ then stopped on an error (see cli_optimize.py).
 from __future__ import annotations
 
 import argparse
-import re
+import json
 import sys
 from pathlib import Path
 
@@ -18,9 +18,6 @@ from kernelopt import __version__
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 EXIT_ENVIRONMENT = 3
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 class UsageError(Exception):
@@ -32,11 +29,13 @@ class EnvironmentFailure(Exception):
 
 
 def parse_size(text: str) -> int:
-    """'8G', '512M', '1.5GiB', '1000000' -> bytes (binary units)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}: use e.g. 8G, 512M or a byte count")
-    return int(float(match[1]) * _UNITS[match[2].lower()])
+    """'8G', '512M', '1.5GiB', '1000000' -> bytes (binary units), for argparse."""
+    from kernelopt.sandbox.sizes import parse_size as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,15 +46,24 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelopt.agent.cli_optimize import add_commands  # it imports this module's exit codes
 
     add_commands(commands)
+    from kernelopt.agent.cli_cache import add_cache_command
+
+    add_cache_command(commands)
     return parser
 
 
 def add_eval_command(commands) -> None:
-    p = commands.add_parser("eval", help="judge a candidate kernel against a reference program",
+    p = commands.add_parser("eval", help="judge candidate kernels against a reference program",
                             description="Compile and run CAND.py's ModelNew against REF.py's Model in "
-                                        "isolated workers; report correctness and speedup.")
+                                        "isolated workers; report correctness and speedup. Several "
+                                        "candidates (or a directory of them) are judged in one batch "
+                                        "that keeps the reference's worker warm.")
     p.add_argument("--reference", required=True, metavar="REF.py", help="KernelBench-format problem file")
-    p.add_argument("--candidate", required=True, metavar="CAND.py", help="file defining class ModelNew")
+    p.add_argument("--candidate", required=True, nargs="+", metavar="CAND.py",
+                   help="file(s) defining class ModelNew; a directory means every *.py in it, sorted")
+    p.add_argument("--jobs", type=int, default=2, metavar="N",
+                   help="batch: candidates in flight, one judged while the others start and compile "
+                        "(default 2)")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit in seconds (default 300)")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
@@ -72,23 +80,22 @@ def add_eval_command(commands) -> None:
     p.add_argument("--timing-budget", type=float, default=10.0, metavar="S",
                    help="seconds spent timing at most (default 10)")
     p.add_argument("--seed", type=int, default=None, help="fix the trial seeds (default: secret random)")
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="print exactly one JSON object on stdout (a batch: one per line and candidate)")
     p.set_defaults(handler=run_eval)
 
 
 def run_eval(args) -> int:
     from kernelopt.kernelbench import ProblemError, load_problem
-    from kernelopt.sandbox import EvalOptions, evaluate
+    from kernelopt.sandbox import EvalOptions, Evaluator, evaluate
     from kernelopt.sandbox.isolation import IsolationError
     from kernelopt.sandbox.process import SandboxError
 
-    candidate_path = Path(args.candidate)
-    if not candidate_path.is_file():
-        raise UsageError(f"candidate {candidate_path}: file not found")
-    try:
-        candidate_source = candidate_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"candidate {candidate_path}: cannot read file: {exc}") from exc
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    batch = len(args.candidate) > 1 or any(Path(c).is_dir() for c in args.candidate)
+    paths = candidate_files(args.candidate)
+    sources = [read_candidate(path) for path in paths]  # every file is checked before any work
     try:
         options = EvalOptions(
             device=args.device, timeout=args.timeout, memory_limit=args.memory_limit,
@@ -97,18 +104,56 @@ def run_eval(args) -> int:
             isolation=args.isolation, timing_budget=args.timing_budget, seed=args.seed,
         )
         problem = load_problem(args.reference)
-        result = evaluate(problem, candidate_source, options)
+        if not batch:
+            print_result(evaluate(problem, sources[0], options), args.json)
+            return EXIT_OK
+        with Evaluator(problem, options, jobs=args.jobs, keep_spare=False) as evaluator:
+            for index, result in evaluator.evaluate_many(sources):
+                print_result(result, args.json, candidate=paths[index])
     except (ProblemError, IsolationError) as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:
         raise EnvironmentFailure(str(exc)) from exc
     except ValueError as exc:  # pydantic's ValidationError and bad devices
         raise UsageError(f"invalid option: {exc}") from exc
-    if args.json:
-        print(result.model_dump_json())
-    else:
-        print(result.summary())
     return EXIT_OK
+
+
+def candidate_files(arguments: list[str]) -> list[Path]:
+    """The --candidate arguments as files: a directory stands for its *.py files, sorted."""
+    paths = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.py") if p.is_file())
+            if not found:
+                raise UsageError(f"candidate directory {path}: no *.py files in it")
+            paths.extend(found)
+        elif path.is_file():
+            paths.append(path)
+        else:
+            raise UsageError(f"candidate {path}: file not found")
+    return paths
+
+
+def read_candidate(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"candidate {path}: cannot read file: {exc}") from exc
+
+
+def print_result(result, as_json: bool, candidate: Path | None = None) -> None:
+    """One verdict on stdout. In a batch (`candidate` given) a JSON object is one line with a
+    "candidate" field, and a summary block starts with the candidate's path."""
+    if candidate is None:
+        print(result.model_dump_json() if as_json else result.summary())
+    elif as_json:
+        record = {"candidate": str(candidate), **json.loads(result.model_dump_json())}
+        print(json.dumps(record, separators=(",", ":")))
+    else:
+        print(f"== {candidate}\n{result.summary()}\n")
+    sys.stdout.flush()  # each verdict as soon as it is reached
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,8 @@ from kernelopt.agent.parsing import FormatError, extract_code
 from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, short_error
 from kernelopt.agent.store import CallRecord, RunStore
 from kernelopt.kernelbench import Problem, ProblemError
-from kernelopt.sandbox import EvalOptions, EvalResult, evaluate
+from kernelopt.sandbox import EvalOptions, EvalResult
+from kernelopt.sandbox.batch import Evaluator
 from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.process import SandboxError
 
@@ -107,12 +108,15 @@ class Search:
                  settings: LLMSettings, budget: Budget, eval_options: EvalOptions,
                  prompts: PromptContext, use_cache: bool = True, eval_workers: int = 1,
                  on_event: Callable[[str, Attempt], None] | None = None,
-                 evaluator: Callable[[Problem, str, EvalOptions], EvalResult] = evaluate):
+                 evaluator: Callable[[Problem, str, EvalOptions], EvalResult] | None = None):
         self.run_id, self.problem, self.store = run_id, problem, store
         self.client, self.settings, self.budget = client, settings, budget
         self.eval_options, self.prompts, self.use_cache = eval_options, prompts, use_cache
         self.on_event = on_event or (lambda kind, attempt: None)
-        self.evaluator = evaluator
+        # Default: one warm Evaluator for the run (the reference worker and a pre-started
+        # candidate worker kept between candidates; see kernelopt/sandbox/batch.py).
+        self._warm: Evaluator | None = None
+        self.evaluator = evaluator or self._evaluate_warm
         self.attempts: list[Attempt] = []
         self.fatal: Exception | None = None
         self._occurrences: Counter[str] = Counter()
@@ -124,6 +128,19 @@ class Search:
     def close(self) -> None:
         self._llm_pool.shutdown(wait=True, cancel_futures=True)
         self._eval_pool.shutdown(wait=True, cancel_futures=True)
+        if self._warm is not None:
+            self._warm.close()
+
+    def _evaluate_warm(self, problem: Problem, code: str, options: EvalOptions) -> EvalResult:
+        """Evaluations run on the one eval thread, so the Evaluator is used sequentially."""
+        if self._warm is None:
+            self._warm = Evaluator(problem, options)
+        try:
+            return self._warm.evaluate(code)
+        except BaseException:
+            self._warm.close()  # a harness failure: start afresh for the next candidate
+            self._warm = None
+            raise
 
     # what strategies use ---------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ Heavy imports (torch) happen on first use, so `kernelopt --help` stays fast.
 
 from kernelopt.sandbox.results import EvalOptions, EvalResult
 
-__all__ = ["EvalOptions", "EvalResult", "evaluate"]
+__all__ = ["EvalOptions", "EvalResult", "Evaluator", "evaluate"]
 
 
 def evaluate(problem, candidate_source, options=None):
@@ -13,3 +13,11 @@ def evaluate(problem, candidate_source, options=None):
     from kernelopt.sandbox.referee import evaluate as _evaluate
 
     return _evaluate(problem, candidate_source, options)
+
+
+def __getattr__(name):
+    if name == "Evaluator":  # judges many candidates of one problem; see kernelopt.sandbox.batch
+        from kernelopt.sandbox.batch import Evaluator
+
+        return Evaluator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,35 +1,39 @@
 """The referee: `evaluate(problem, candidate_source, options) -> EvalResult`.
 
-One evaluation starts two sandboxed workers, one hosting the reference and one the candidate,
-so the candidate never shares an interpreter with reference outputs, the comparison or the
+An evaluation uses two sandboxed workers, one hosting the reference and one the candidate, so
+the candidate never shares an interpreter with reference outputs, the comparison or the
 verdict. The host (this module) picks secret seeds, asks both workers to run the same input
 sets, compares what comes back and decides. See DESIGN.md for the threat model.
 
-Phases: load (the candidate's compile happens here) -> correctness trials (full outputs,
-input digests) -> timing (interleaved rounds, fingerprints of every timed call checked) ->
-verdict. The first rule broken ends the evaluation with that verdict.
+Phases: startup -> load (the candidate's compile happens here) -> correctness trials (full
+outputs, input digests) -> timing (interleaved rounds, fingerprints of every timed call
+checked) -> verdict. The first rule broken ends the evaluation with that verdict.
+
+`_Session` is one candidate's evaluation; `kernelopt.sandbox.batch.Evaluator` runs sessions,
+supplies their workers (a fresh candidate worker each, a warm reference worker) and keeps the
+reference's correctness outputs across candidates. `evaluate` is an Evaluator with one candidate.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import secrets
 import shutil
 import statistics
-import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from pydantic import BaseModel, ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.sandbox import builds as builds_module
 from kernelopt.sandbox import compare, isolation, labels, timing
-from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
-from kernelopt.sandbox.worker.wire import PROTOCOL_VERSION
+from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.results import (
-    Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
+    BuildRecord, Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
 )
 
 INIT_SEED = 42  # KernelBench seeds 42 before get_init_inputs, Model(...) and ModelNew(...)
@@ -47,6 +51,15 @@ class Verdict(Exception):
     def __init__(self, status: str, message: str, flags: tuple[str, ...] = (), log: str = ""):
         super().__init__(message)
         self.status, self.message, self.flags, self.log = status, message, list(flags), log
+
+
+class ProblemCodeFailed(Verdict):
+    """The problem's own code (its import or get_init_inputs) failed in the candidate's worker,
+    before any candidate code ran. The reference's load decides whom to blame: when it fails
+    too, the problem is broken (ProblemError); otherwise this is the candidate's verdict."""
+
+    def __init__(self, message: str, log: str = ""):
+        super().__init__("runtime_error", message, log=log)
 
 
 class CallRecord(BaseModel):
@@ -70,6 +83,22 @@ class RunReply(BaseModel):
     builds: list[dict] = []
     changed_settings: list[str] = []
     violations: list[dict] = []
+
+
+@dataclass
+class ReferenceTrials:
+    """The reference's results for the correctness trials' input seeds: what a candidate's
+    trials are compared with. An Evaluator keeps them for all its candidates (same seeds)."""
+
+    calls: list[CallRecord]
+    outputs: list[list[torch.Tensor]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.output_bytes(index) for index in range(len(self.outputs)))
+
+    def output_bytes(self, index: int) -> int:
+        return sum(t.numel() * t.element_size() for t in self.outputs[index])
 
 
 def resolve_device(requested: str) -> str:
@@ -98,20 +127,24 @@ def evaluate(problem: Problem, candidate_source: str, options: EvalOptions | Non
     """Judge one candidate against the reference. Raises ProblemError when the reference itself
     fails, ValueError for an unusable device, IsolationError for an unusable backend and
     SandboxError when a worker cannot start; every failure of the candidate is a verdict."""
-    options = options or EvalOptions()
-    device = resolve_device(options.device)
-    backend = isolation.select_backend(options.isolation)
-    session = _Session(problem, candidate_source, options, device, backend)
-    try:
-        return session.run()
-    finally:
-        session.close()
+    from kernelopt.sandbox.batch import Evaluator  # batch builds on this module
+
+    # No spare: nothing follows this candidate, and a spare's start would compete for the host.
+    with Evaluator(problem, options, keep_spare=False) as evaluator:
+        return evaluator.evaluate(candidate_source)
 
 
 class _Session:
+    """One candidate's evaluation. `prepare` (its worker, its load and compile) may run ahead
+    in a thread of the Evaluator's; `judge` (correctness, timing) runs with the device to
+    itself. The session owns its candidate worker; the reference worker is the Evaluator's."""
+
     def __init__(self, problem: Problem, source: str, options: EvalOptions, device: str,
-                 backend: isolation.Backend):
+                 backend: isolation.Backend, *, serial: int, take_worker: Callable[[], WorkerProcess],
+                 seed_source, fingerprint_seed: int, trial_seeds: list[int]):
         self.problem, self.source, self.options = problem, source, options
+        self.serial = serial
+        self._take_worker = take_worker
         self.device, self.backend = device, backend
         self.memory_limit = options.memory_limit or default_memory_limit()
         self.started = time.monotonic()
@@ -126,18 +159,47 @@ class _Session:
         self.reduced_precision = False
         self.sampled_checks = 0
         self.bytes_per_call = 1  # inputs + outputs of one call, known after the correctness trials
-        self._seed_source = secrets.SystemRandom() if options.seed is None else _seeded(options.seed)
-        self.workdir = Path(tempfile.mkdtemp(prefix="kernelopt-eval-"))
+        self._seed_source = seed_source  # this candidate's timing inputs and sampled calls
+        self.fingerprint_seed, self.trial_seeds = fingerprint_seed, trial_seeds
+        self.expected: ReferenceTrials | None = None  # the reference's trial results
+        self.candidate_load: dict = {}
+        self.problem_code_failed: ProblemCodeFailed | None = None
+        self.workdir: Path | None = None  # the candidate worker's directory, once taken
+        self.aborted = False
+        self._paused_at: float | None = None
+        self.builds = build_service(options, backend)
+        self.build_records: list[BuildRecord] = []
         self.candidate = self.reference = None
 
     # -- the phases -------------------------------------------------------------------------
 
-    def run(self) -> EvalResult:
+    def prepare(self) -> EvalResult | None:
+        """Take a started candidate worker and load the candidate (its compile happens here).
+        Returns the verdict when one is reached here (compile error, crash, timeout), else
+        None: the candidate waits, its clock stopped, for `judge`."""
+        self.started = time.monotonic()
+        self.deadline = self.started + self.options.timeout
+        verdict = self._stage(("startup", self._take_candidate_worker), ("load", self._load_candidate))
+        self._paused_at = time.monotonic()
+        return verdict
+
+    def judge(self, reference_ready: Callable[[], WorkerProcess], expected: ReferenceTrials | None) -> EvalResult:
+        """Correctness and timing against the reference worker `reference_ready()` returns;
+        `expected`: the reference's trial results when the Evaluator kept them."""
+        self.expected = expected
+        begin = time.monotonic()
+        self.reference = reference_ready()
+        self._add_duration("startup", time.monotonic() - begin)
+        self._resume_clock(queued=begin - self._paused_at)
+        verdict = self._stage(("load", self._load_reference), ("correctness", self._check_correctness),
+                              ("timing", self._measure))
+        return verdict or self._result("correct", self._correct_message())
+
+    def _stage(self, *phases) -> EvalResult | None:
+        """Run phases in order; the first rule broken becomes the result."""
         try:
-            self._phase("startup", self._start_workers)
-            self._phase("load", self._load)
-            self._phase("correctness", self._check_correctness)
-            self._phase("timing", self._measure)
+            for name, step in phases:
+                self._phase(name, step)
         except Verdict as verdict:
             return self._result(verdict.status, verdict.message, verdict.flags, verdict.log)
         except WorkerTimeout as exc:
@@ -146,79 +208,133 @@ class _Session:
             if exc.memory_exceeded:
                 return self._result("rejected", str(exc), ["memory_limit"])
             return self._result("runtime_error", str(exc))
-        return self._result("correct", self._correct_message())
+        return None
 
     def _phase(self, name: str, step) -> None:
         begin = time.monotonic()
         try:
             step()
         finally:
-            self.durations[name] = round(time.monotonic() - begin, 4)
+            self._add_duration(name, time.monotonic() - begin)
 
-    def _start_workers(self) -> None:
-        for role in ("reference", "candidate"):
-            (self.workdir / role).mkdir()
-            (self.workdir / role / "problem.py").write_text(self.problem.source)
-        (self.workdir / "candidate" / "candidate.py").write_text(self.source)
-        common = dict(backend=self.backend, device=self.device, memory_limit=self.memory_limit)
-        self.reference = WorkerProcess("reference", scratch=self.workdir / "reference", **common)
-        self.candidate = WorkerProcess("candidate", scratch=self.workdir / "candidate", **common)
-        for worker in (self.reference, self.candidate):
-            try:
-                hello, _ = worker.receive(self.deadline)
-            except (WorkerDied, WorkerTimeout) as exc:
-                raise SandboxError(f"the {worker.role} worker could not start ({exc}) under the "
-                                   f"{self.backend.name} backend:\n{worker.log_tail()[-3000:]}") from None
-            if hello.get("hello") != PROTOCOL_VERSION:
-                raise SandboxError(f"worker protocol {hello.get('hello')!r} != host protocol {PROTOCOL_VERSION}")
-            worker.record_baseline()
+    def _add_duration(self, name: str, seconds: float) -> None:
+        self.durations[name] = round(self.durations.get(name, 0.0) + seconds, 4)
 
-    def _load(self) -> None:
-        fingerprint_seed = self._new_seed()
-        base = {"cmd": "load", "device": self.device, "init_seed": INIT_SEED,
-                "fingerprint_seed": fingerprint_seed}
-        scratch = {w: str(self.workdir / w.role) for w in (self.reference, self.candidate)}
-        replies = self._ask_both({
-            self.candidate: {**base, "problem_path": scratch[self.candidate] + "/problem.py",
-                             "candidate_path": scratch[self.candidate] + "/candidate.py"},
-            self.reference: {**base, "problem_path": scratch[self.reference] + "/problem.py"},
-        })
-        cand, ref = replies[self.candidate], replies[self.reference]
+    def _resume_clock(self, queued: float) -> None:
+        """Time the loaded candidate waited for the device, and for the reference worker, is
+        not the candidate's: its timeout counts only its own phases, its total only its own
+        phases and startup."""
+        self.deadline += time.monotonic() - self._paused_at
+        self.started += queued
+        if queued >= 0.01:
+            self.durations["waiting"] = round(queued, 4)
+
+    def _take_candidate_worker(self) -> None:
+        self.candidate = self._take_worker()
+        self.workdir = self.candidate.scratch.parent
+        if self.aborted:  # abort() ran while the worker was being taken
+            self.candidate.kill()
+
+    def abort(self) -> None:
+        """Called from another thread: end a `prepare` in progress (its waits end when its
+        worker is killed)."""
+        self.aborted = True
+        if self.candidate is not None:
+            self.candidate.kill()
+
+    @property
+    def candidate_pid(self) -> int | None:
+        return self.candidate.process.pid if self.candidate is not None else None
+
+    @property
+    def reference_pid(self) -> int | None:
+        return self.reference.process.pid if self.reference is not None else None
+
+    def _load_message(self, scratch: Path, with_candidate: bool) -> dict:
+        message = {"cmd": "load", "device": self.device, "init_seed": INIT_SEED,
+                   "fingerprint_seed": self.fingerprint_seed, "host_builds": self.builds is not None,
+                   "problem_path": str(scratch / "problem.py")}
+        if with_candidate:
+            message["candidate_path"] = str(scratch / "candidate.py")
+        return message
+
+    def _load_candidate(self) -> None:
+        scratch = self.candidate.scratch
+        (scratch / "candidate.py").write_text(self.source)
+        try:
+            self.candidate_load, _ = self._ask(self.candidate, self._load_message(scratch, with_candidate=True))
+        except ProblemCodeFailed as failure:
+            self.problem_code_failed = failure  # judged once the reference has loaded
+            return
+        self._remember_labels(self.candidate_load)
+        self._raise_violations(self.candidate_load.get("violations", []))
+
+    def _load_reference(self) -> None:
+        """Load the reference again (a fresh model from the init seed, as the candidate's) and
+        compare the two loads."""
+        ref, _ = self._ask(self.reference, self._load_message(self.reference.scratch, with_candidate=False))
+        if self.problem_code_failed is not None:
+            raise self.problem_code_failed
         self.environment = ref.get("environment")
-        self._remember_labels(cand)
-        self._raise_violations(cand.get("violations", []))
         self._check_sandbox_census()
-        if cand.get("init_digest") != ref.get("init_digest"):
+        if self.candidate_load.get("init_digest") != ref.get("init_digest"):
             raise Verdict("rejected", "the candidate changed the problem's init inputs", ("inputs_differ",))
         self.checks.append(Check(name="load", passed=True, detail="reference and candidate loaded"))
 
     def _check_correctness(self) -> None:
-        seeds = [self._new_seed() for _ in range(self.options.correctness_trials)]
+        seeds = self.trial_seeds
         message = {"cmd": "run", "seeds": seeds, "hash_inputs": True, "return_outputs": True}
-        replies, blobs = self._ask_both({self.candidate: message, self.reference: message}, with_blobs=True)
+        if self.expected is None:
+            replies, blobs = self._ask_both({self.candidate: message, self.reference: message}, with_blobs=True)
+            self.expected = self._reference_trials(replies[self.reference], blobs[self.reference], seeds)
+        else:
+            # The reference's outputs for these seeds are known. It still runs the same calls
+            # (nothing sent back but fingerprints), so that when timing starts it has made the
+            # same calls as the candidate: a stateful reference stays comparable.
+            replay = {"cmd": "run", "seeds": seeds}
+            replies, blobs = self._ask_both({self.candidate: message, self.reference: replay}, with_blobs=True)
+            self._check_replay(self._parse_run(replies[self.reference], seeds, trusted=True))
+        expected = self.expected
         cand = self._parse_run(replies[self.candidate], seeds)
-        ref = self._parse_run(replies[self.reference], seeds, trusted=True)
         self._raise_violations(cand.violations)
         self._check_sandbox_census()
-        for index, (c, r) in enumerate(zip(cand.calls, ref.calls)):
+        for index, (c, r) in enumerate(zip(cand.calls, expected.calls)):
             self._check_call_invariants(c, r)
             self._check_inputs(c, r)
             try:
                 out = compare.load_tensors(blobs[self.candidate][index])
             except (compare.BadOutputBlob, IndexError) as exc:
                 raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
-            expected = compare.load_tensors(blobs[self.reference][index])
-            comparison = compare.compare_outputs(out, expected, self.options)
+            comparison = compare.compare_outputs(out, expected.outputs[index], self.options)
             self.reduced_precision |= comparison.reduced_precision
             self.trials.append(compare.trial_result(index, seeds[index], comparison))
-            output_bytes = sum(t.numel() * t.element_size() for t in expected)
-            self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + output_bytes)
+            self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + expected.output_bytes(index))
         failed = [t for t in self.trials if not t.passed]
         self.checks.append(Check(name="correctness", passed=not failed,
                                  detail=f"{len(self.trials) - len(failed)}/{len(self.trials)} trials passed"))
         if failed:
             raise Verdict("incorrect", f"trial {failed[0].index}: {failed[0].message}")
         self._judge_precision()
+
+    def _reference_trials(self, reply: dict, blobs: list[bytes], seeds: list[int]) -> ReferenceTrials:
+        ref = self._parse_run(reply, seeds, trusted=True)
+        try:
+            outputs = [compare.load_tensors(blob) for blob in blobs]
+        except compare.BadOutputBlob as exc:
+            raise ProblemError(self.problem.path, f"the reference worker sent unusable outputs: {exc}") from None
+        if len(outputs) != len(seeds):
+            raise ProblemError(self.problem.path, "the reference worker sent outputs for too few trials")
+        return ReferenceTrials(calls=ref.calls, outputs=outputs)
+
+    def _check_replay(self, replay: RunReply) -> None:
+        """The re-loaded reference must reproduce the outputs kept from its first run."""
+        for index, (now, kept) in enumerate(zip(replay.calls, self.expected.calls)):
+            meta = [list(m) for m in kept.meta]
+            mismatch = ("shapes or dtypes differ" if now.meta != kept.meta else
+                        compare.compare_fingerprints(now.fingerprints, kept.fingerprints, meta, self.options))
+            if mismatch:
+                raise ProblemError(self.problem.path, "the reference is not reproducible: loaded again from the "
+                                   f"same seeds it gave other outputs for correctness trial {index} ({mismatch})")
 
     def _measure(self) -> None:
         stats = self._timing_phase()
@@ -446,11 +562,40 @@ class _Session:
 
     def _receive(self, worker: WorkerProcess, with_blobs: bool = False):
         reply, blobs = worker.receive(self.deadline)
+        while worker is self.candidate and isinstance(reply, dict) and "build" in reply:
+            worker.send(self._serve_build(reply["build"]))  # then the candidate goes on loading
+            reply, blobs = worker.receive(self.deadline)
         if not isinstance(reply, dict):
             raise Verdict("rejected", "malformed reply", ("protocol_violation",))
         if not reply.get("ok", False):
             self._fail(worker, reply)
         return (reply, blobs) if with_blobs else (reply, [])
+
+    def _serve_build(self, raw: object) -> dict:
+        """A build request from the candidate's worker, answered from the cache or by a build."""
+        if self.builds is None:
+            raise Verdict("rejected", "the candidate sent a build request it was not offered",
+                          ("protocol_violation",))
+        begin = time.monotonic()
+        try:
+            request = builds_module.parse_request(raw)
+            build = self.builds.build(request, self.device, self.deadline - 1.0)
+        except ValueError as exc:
+            return {"cmd": "built", "ok": False, "error": str(exc)}
+        except builds_module.BuildFailure as exc:
+            if time.monotonic() >= self.deadline - 1.5:
+                raise Verdict("timeout", f"{exc} (limit {self.options.timeout:g} s)") from None
+            return {"cmd": "built", "ok": False, "error": str(exc)}
+        waited = time.monotonic() - begin
+        self.durations["build"] = round(self.durations.get("build", 0.0) + waited, 4)
+        self.build_records.append(BuildRecord(
+            name=build.name, key=build.key, ok=build.ok, cached=build.cached, mode=build.mode,
+            lean=build.lean, build_seconds=build.seconds, wait_seconds=round(waited, 4)))
+        if not build.ok:
+            return {"cmd": "built", "ok": False, "error": "compilation failed", "log": build.log,
+                    "cached": build.cached}
+        path = self.builds.deliver(build, self.workdir / "candidate")
+        return {"cmd": "built", "ok": True, "path": path, "cached": build.cached, "lean": build.lean}
 
     def _fail(self, worker: WorkerProcess, reply: dict) -> None:
         kind, error = str(reply.get("kind", "runtime_error")), str(reply.get("error", "unknown error"))
@@ -462,6 +607,8 @@ class _Session:
             raise Verdict("rejected", error, ("output_not_plain_tensor",))
         if kind == "compile_error":
             raise Verdict("compile_error", error, log=log)
+        if kind == "problem_error":
+            raise ProblemCodeFailed(error, log=log)
         if reply.get("fatal"):
             error += "\n(CUDA error: the worker is retired)"
         raise Verdict("runtime_error", error, log=log)
@@ -527,7 +674,7 @@ class _Session:
             checks=self.checks, flags=all_flags, optimization_kinds=kinds, isolation=self._isolation(),
             environment=Environment(**self.environment) if self.environment else None,
             compile_log=log, candidate_output=self.candidate.log_tail() if self.candidate else "",
-            durations=self.durations,
+            durations=self.durations, builds=self.build_records,
         )
 
     def _isolation(self) -> Isolation:
@@ -539,17 +686,18 @@ class _Session:
                          warnings=list(b.warnings))
 
     def close(self) -> None:
-        for worker in (self.candidate, self.reference):
-            if worker is not None:
-                worker.close()
-        if not self.options.keep_scratch:
+        """Discard the candidate's worker and directory; the reference worker is not ours."""
+        if self.candidate is not None:
+            self.candidate.close()
+        if self.workdir is not None and not self.options.keep_scratch:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _seeded(seed: int):
-    import random
-
-    return random.Random(seed)
+def build_service(options: EvalOptions, backend: isolation.Backend) -> builds_module.BuildService | None:
+    """The host's builder for this evaluation's extensions (None: candidates build in place)."""
+    if options.build_mode == "off":
+        return None
+    return builds_module.BuildService(builds_module.BuildCache(options.build_cache), backend, options.build_mode)
 
 
 def _sha256(text: str) -> str:

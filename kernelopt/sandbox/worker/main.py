@@ -3,12 +3,13 @@
 Started by the host inside the sandbox as
     python -E -s -c <boot> --role R --cmd-fd N --out-fd M
 with `kernelopt/sandbox` on sys.path, so this package imports as `worker` and needs only the
-standard library and torch. One worker hosts one program for one evaluation and is then
-discarded. It computes no verdict: it reports raw facts (times, fingerprints, digests, outputs),
-and the host, which the candidate cannot reach, decides.
+standard library and torch. A candidate worker hosts one candidate and is then discarded; a
+reference worker may be kept warm across the candidates of one problem and is then re-loaded
+for each (see `Worker.load`). It computes no verdict: it reports raw facts (times,
+fingerprints, digests, outputs), and the host, which the candidate cannot reach, decides.
 
-Commands (JSON frames, see wire.py): load, run, fetch, quit. Every reply carries "ok"; failures carry
-"kind" (compile_error, runtime_error, problem_error, bad_output) and "error".
+Commands (JSON frames, see wire.py): load, run, fetch, ping, quit. Every reply carries "ok";
+failures carry "kind" (compile_error, runtime_error, problem_error, bad_output) and "error".
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class ExtensionTracker:
         self.builds: list[dict] = []
         self.calls = 0
         self.build_log = ""
+        # Set when the host builds extensions (see builds.py): sends a request, returns the reply.
+        self.request_build = None
 
     def install(self) -> None:
         from torch.utils import cpp_extension
@@ -69,7 +72,11 @@ class ExtensionTracker:
             }
             tracker.builds.append(record)
             try:
-                module = original(*args, **kwargs)
+                request = _build_request(builder_name, original, args, kwargs)
+                if request is not None and tracker.request_build is not None:
+                    module = tracker.build_on_host(request, record)
+                else:
+                    module = original(*args, **kwargs)
             except BaseException as exc:
                 tracker.build_log += f"{type(exc).__name__}: {exc}\n"
                 raise
@@ -78,6 +85,66 @@ class ExtensionTracker:
 
         build.__wrapped__ = original
         return build
+
+    def build_on_host(self, request: dict, record: dict):
+        """Ask the host for the build; load the library it hands back."""
+        import importlib.util
+
+        reply = self.request_build(request)
+        record["cached"] = bool(reply.get("cached"))
+        record["lean"] = bool(reply.get("lean"))
+        if not reply.get("ok"):
+            self.build_log += str(reply.get("log", ""))[-20000:] + "\n"
+            raise RuntimeError(f"Error building extension '{request['name']}': {reply.get('error', '')}")
+        spec = importlib.util.spec_from_file_location(request["name"], reply["path"])
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+
+def _build_request(builder_name: str, original, args: tuple, kwargs: dict) -> dict | None:
+    """The call as a build request for the host, or None for what only torch's own builder
+    handles (SYCL, non-module libraries, standalone executables): those build in place."""
+    import inspect
+
+    try:
+        bound = inspect.signature(original).bind(*args, **kwargs)
+    except TypeError:
+        return None  # let torch raise its own error for a bad call
+    call = bound.arguments
+    if not call.get("is_python_module", True) or call.get("is_standalone", False):
+        return None
+    if call.get("sycl_sources") or call.get("extra_sycl_cflags") or call.get("with_sycl"):
+        return None
+    request = {"builder": builder_name, "name": call["name"],
+               "extra_cflags": _strings(call.get("extra_cflags")),
+               "extra_cuda_cflags": _strings(call.get("extra_cuda_cflags")),
+               "extra_ldflags": _strings(call.get("extra_ldflags")),
+               "extra_include_paths": _strings(call.get("extra_include_paths")),
+               "with_cuda": call.get("with_cuda")}
+    if builder_name == "load_inline":
+        functions = call.get("functions")
+        request.update(cpp_sources=_strings(call.get("cpp_sources")), cuda_sources=_strings(call.get("cuda_sources")),
+                       functions=[functions] if isinstance(functions, str) else functions,
+                       with_pytorch_error_handling=call.get("with_pytorch_error_handling", True),
+                       no_implicit_headers=call.get("no_implicit_headers", False))
+    else:
+        sources = {}
+        for path in _strings(call.get("sources")):
+            with open(path, encoding="utf-8") as handle:
+                sources[os.path.basename(path)] = handle.read()
+            if '#include "' in sources[os.path.basename(path)]:
+                return None  # local headers the host builder would not see: build in place
+        if len(sources) != len(_strings(call.get("sources"))):
+            return None  # two sources with one file name: build in place
+        request["sources"] = sources
+    return request
+
+
+def _strings(value) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
 class _CountingModule:
@@ -117,13 +184,28 @@ class Worker:
         self.tracker = ExtensionTracker()
         self.settings_at_start = {}
         self.retained: list[list] = []  # clones of the last round's outputs, for `fetch`
+        self.loads = 0
+        import torch
+
+        self._initial_seed = torch.initial_seed()  # the generators' state in a fresh process
 
     # -- commands ---------------------------------------------------------------------------
 
     def load(self, msg: dict) -> dict:
+        """Import the problem (and the candidate) and instantiate the model.
+
+        A reference worker may be loaded again for the next candidate: the problem module is
+        executed afresh, torch's generators are reset to a fresh process's state and the model
+        is re-instantiated from the init seed, so a stateful reference starts from the same
+        state as the fresh candidate it is compared with. A candidate worker loads once."""
         import torch
         from . import measure
 
+        if self.loads and self.role == "candidate":
+            raise WorkerFailure("protocol", "a candidate worker hosts one candidate")
+        self.loads += 1
+        self.model, self.retained = None, []
+        torch.manual_seed(self._initial_seed)
         self.device = torch.device(msg["device"])
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -131,6 +213,8 @@ class Worker:
         self.settings_at_start = library_settings()
         if self.role == "candidate":
             self.tracker.install()
+            if msg.get("host_builds"):
+                self.tracker.request_build = self._request_build
         _warm_thread_pools()
         from .guard import Guard
 
@@ -220,6 +304,14 @@ class Worker:
             raise WorkerFailure("bad_output", str(exc)) from None
         aliased = measure.aliases(outputs, inputs)
         return event_ms, host_ms, measure.copy_outputs(outputs, buffers), aliased
+
+    def _request_build(self, request: dict) -> dict:
+        """Mid-`load` exchange: the host builds (or finds in its cache) and answers."""
+        wire.write_frame(self.out_fd, {"ok": True, "build": request})
+        reply, _ = self.reader.read()
+        if reply.get("cmd") != "built":
+            raise WorkerFailure("protocol", "expected the host's build reply")
+        return reply
 
     def fetch(self, msg: dict) -> tuple[dict, list[bytes]]:
         """Full outputs of one call of the last round; the host picks which after the round."""
@@ -375,6 +467,8 @@ def serve(role: str, cmd_fd: int, out_fd: int) -> None:
                 reply, blobs = worker.run(msg)
             elif command == "fetch":
                 reply, blobs = worker.fetch(msg)
+            elif command == "ping":  # the host checks that a warm worker is in step with it
+                reply = {"ok": True, "pong": msg.get("token")}
             else:
                 reply = {"ok": False, "kind": "protocol", "error": f"unknown command {command!r}"}
         except WorkerFailure as failure:

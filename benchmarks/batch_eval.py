@@ -1,0 +1,96 @@
+"""Wall time of judging 20 candidates: one batch `kernelopt eval` against 20 separate ones.
+
+The candidates are copies of examples/candidates/1_ReLU/relu_clamp.py made distinct by a
+comment, judged against examples/level1/1_ReLU.py with the same options both ways. The batch
+keeps the reference worker warm, starts candidate workers ahead and compares with the
+reference's kept correctness outputs; the separate runs pay the CLI's start-up, both workers'
+start-up and the reference's trials every time. Usage:
+
+    .venv/bin/python benchmarks/batch_eval.py [--count 20] [--device cpu] [--timing-budget 2] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROBLEM = REPO / "examples" / "level1" / "1_ReLU.py"
+CANDIDATE = REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py"
+KERNELOPT = str(Path(sys.executable).parent / "kernelopt")
+
+
+def write_candidates(folder: Path, count: int) -> list[Path]:
+    source = CANDIDATE.read_text(encoding="utf-8")
+    paths = []
+    for number in range(count):
+        path = folder / f"relu_clamp_{number:02d}.py"
+        path.write_text(f"{source}\n# copy {number}\n", encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def eval_command(candidates: list[Path], options: list[str]) -> list[str]:
+    return [KERNELOPT, "eval", "--reference", str(PROBLEM), "--candidate", *map(str, candidates),
+            "--json", *options]
+
+
+def run_batch(candidates: list[Path], options: list[str], jobs: int) -> tuple[float, list[dict]]:
+    begin = time.perf_counter()
+    done = subprocess.run(eval_command(candidates, [*options, "--jobs", str(jobs)]),
+                          capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - begin
+    return wall, [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def run_separately(candidates: list[Path], options: list[str]) -> tuple[float, list[dict]]:
+    begin = time.perf_counter()
+    results = []
+    for candidate in candidates:
+        done = subprocess.run(eval_command([candidate], options), capture_output=True, text=True, check=True)
+        results.append(json.loads(done.stdout))
+    return time.perf_counter() - begin, results
+
+
+def machine() -> str:
+    return (f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+            f"load average {os.getloadavg()[0]:.2f}, Python {platform.python_version()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--count", type=int, default=20)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--timing-budget", type=float, default=2.0)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    options = ["--device", args.device, "--timing-budget", str(args.timing_budget)]
+    print(f"machine: {machine()}")
+    with tempfile.TemporaryDirectory(prefix="kernelopt-batch-bench-") as folder:
+        candidates = write_candidates(Path(folder), args.count)
+        batch_wall, batch_results = run_batch(candidates, options, args.jobs)
+        print(f"machine after the batch: {machine()}")
+        separate_wall, separate_results = run_separately(candidates, options)
+    print(f"machine after the separate runs: {machine()}")
+    for name, results in (("batch", batch_results), ("separate", separate_results)):
+        statuses = sorted({r["status"] for r in results})
+        speedups = sorted(r["speedup"] for r in results if r["speedup"] is not None)
+        print(f"{name}: {len(results)} verdicts {statuses}, speedups {speedups[0]:.2f}-{speedups[-1]:.2f}x "
+              f"(median {speedups[len(speedups) // 2]:.2f}x)")
+    print(f"{args.count} candidates, {' '.join(options)}")
+    print(f"one batch `kernelopt eval --candidate c1..c{args.count} --jobs {args.jobs}`: {batch_wall:.1f} s "
+          f"({batch_wall / args.count:.2f} s per candidate)")
+    print(f"{args.count} separate `kernelopt eval` processes: {separate_wall:.1f} s "
+          f"({separate_wall / args.count:.2f} s per candidate)")
+    print(f"batch is {separate_wall / batch_wall:.2f}x faster")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,390 @@
+"""Judging many candidates of one problem: the `Evaluator`, with warm workers and reuse.
+
+    with Evaluator(problem, options, jobs=2) as evaluator:
+        for index, result in evaluator.evaluate_many(sources):
+            ...
+
+Every candidate gets the verdict a lone evaluation would give it (`kernelopt.sandbox.evaluate`
+is this class with one candidate). What an Evaluator keeps across candidates, and why none of
+it can leak between them (docs/referee.md, "The Evaluator"):
+
+- The reference worker stays warm: one process, which only ever runs the trusted reference, is
+  re-loaded for each candidate (problem module re-executed, model re-instantiated from the init
+  seed). It is checked before each use (alive, and a ping answered in step) and replaced after
+  any failure of its own, or whenever a conversation with it was cut short.
+- Candidate workers are never reused: one process per candidate, discarded after its verdict.
+  One spare is started ahead (its torch import then overlaps the previous candidate's
+  evaluation); with `jobs > 1` the next candidates also load (compile) ahead, while the current
+  one is judged. Correctness and timing run for one candidate at a time.
+- The correctness trials use input seeds drawn once per Evaluator, and the reference's outputs
+  for them are computed once and kept on the host (up to `CACHED_OUTPUTS_MAX_BYTES`).
+- Timing is never reused: every candidate is timed interleaved with the reference, on fresh
+  secret inputs, exactly as in a lone evaluation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelopt.kernelbench import Problem
+from kernelopt.sandbox import isolation
+from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.referee import ReferenceTrials, _Session, default_memory_limit, resolve_device
+from kernelopt.sandbox.results import EvalOptions, EvalResult
+from kernelopt.sandbox.worker.wire import PROTOCOL_VERSION
+
+# Host memory the reference's correctness outputs may take; larger outputs are not kept and
+# the reference runs the trials again for every candidate.
+CACHED_OUTPUTS_MAX_BYTES = 512 << 20
+_PING_TIMEOUT_S = 30.0  # an idle worker answers a ping at once; this only bounds a stuck one
+
+
+@dataclass(frozen=True)
+class WorkersUsed:
+    """Which worker processes (host pids) judged a candidate; for tests and diagnostics."""
+
+    serial: int  # the candidate's number in this Evaluator, counting from 0
+    candidate_pid: int | None
+    reference_pid: int | None  # None when the verdict came before the reference was needed
+
+
+class Evaluator:
+    """Judges candidates of one problem under one set of options on one device.
+
+    Raises what `kernelopt.sandbox.evaluate` raises: ValueError for an unusable device,
+    IsolationError for an unusable backend (both when constructed), ProblemError when the
+    reference fails, SandboxError when a worker cannot start. Every failure of a candidate is
+    that candidate's verdict and touches no other candidate."""
+
+    def __init__(self, problem: Problem, options: EvalOptions | None = None, *, jobs: int = 1,
+                 keep_spare: bool = True):
+        self.problem = problem
+        self.options = options or EvalOptions()
+        self.jobs = max(1, int(jobs))
+        self.keep_spare = keep_spare  # start a spare after the last known candidate too
+        self.device = resolve_device(self.options.device)
+        self.backend = isolation.select_backend(self.options.isolation)
+        self.workers_used: list[WorkersUsed] = []
+        self._seeds = _SeedPlan(self.options, trials=self.options.correctness_trials)
+        self._expected: ReferenceTrials | None = None
+        self._serials = itertools.count()
+        self._root: Path | None = None
+        self._starter: _WorkerStarter | None = None
+        self._reference: _WarmReference | None = None
+        self._candidates: _CandidateWorkers | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> Evaluator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the reference worker and the first candidate worker (both import torch in
+        the background). Called by `with` and by the first evaluation."""
+        if self._closed:
+            raise RuntimeError("this Evaluator is closed")
+        if self._starter is not None:
+            return
+        self._root = Path(tempfile.mkdtemp(prefix="kernelopt-eval-"))
+        self._starter = _WorkerStarter(self.problem.source, self.backend, self.device,
+                                       self.options.memory_limit or default_memory_limit(),
+                                       self._root, self.options.timeout)
+        self._reference = _WarmReference(self._starter)
+        self._candidates = _CandidateWorkers(self._starter)
+        self._candidates.restock()
+
+    def close(self) -> None:
+        """Stop every worker and remove the scratch directories (unless keep_scratch)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._candidates is not None:
+            self._candidates.close()
+        if self._reference is not None:
+            self._reference.discard()
+        if self._starter is not None:
+            self._starter.close()
+        if self._root is not None and not self.options.keep_scratch:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    @property
+    def reference_pid(self) -> int | None:
+        """Host pid of the reference worker's process (the sandbox the host started)."""
+        return self._reference.pid if self._reference is not None else None
+
+    @property
+    def spare_pid(self) -> int | None:
+        """Host pid of the candidate worker started ahead for the next candidate, if any."""
+        return self._candidates.spare_pid if self._candidates is not None else None
+
+    # -- judging ----------------------------------------------------------------------------
+
+    def evaluate(self, source: str) -> EvalResult:
+        """Judge one candidate (the source of a file defining ModelNew)."""
+        for _, result in self.evaluate_many([source], jobs=1):
+            return result
+        raise AssertionError("evaluate_many yielded nothing for one candidate")
+
+    def evaluate_many(self, sources: Iterable[str], jobs: int | None = None) -> Iterator[tuple[int, EvalResult]]:
+        """Judge several candidates; yields (index in `sources`, result) as each verdict is
+        reached. Up to `jobs` candidates are in flight: one judged on the device, the others
+        starting and loading (compiling) ahead. A verdict reached while loading (compile
+        error, crash at import) is yielded at once."""
+        self.start()
+        jobs = max(1, int(jobs or self.jobs))
+        queue = deque(enumerate(sources))
+        loading: dict[Future, tuple[int, _Session]] = {}
+        loaded: deque[tuple[int, _Session, EvalResult | None]] = deque()
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kernelopt-load") as pool:
+            try:
+                while queue or loading or loaded:
+                    # `jobs` in flight: the next one to judge, and the others loading meanwhile.
+                    while queue and len(loading) + len(loaded) < jobs:
+                        index, source = queue.popleft()
+                        session = self._new_session(source, restock=self.keep_spare or bool(queue))
+                        loading[pool.submit(session.prepare)] = (index, session)
+                    self._collect(loading, loaded, block=not loaded)
+                    index, session, early = loaded.popleft()
+                    try:
+                        result = early if early is not None else self._judge(session)
+                    finally:
+                        self.workers_used.append(WorkersUsed(session.serial, session.candidate_pid,
+                                                             session.reference_pid))
+                        session.close()
+                    yield index, result
+            finally:
+                self._abandon(loading, loaded)
+
+    def _new_session(self, source: str, restock: bool) -> _Session:
+        serial = next(self._serials)
+        return _Session(
+            self.problem, source, self.options, self.device, self.backend,
+            serial=serial, take_worker=lambda: self._candidates.take(restock=restock),
+            seed_source=self._seeds.for_candidate(), fingerprint_seed=self._seeds.fingerprint_seed,
+            trial_seeds=self._seeds.trial_seeds,
+        )
+
+    @staticmethod
+    def _collect(loading: dict, loaded: deque, block: bool) -> None:
+        """Move finished loads to `loaded`, in the order of their indices; wait for one when
+        nothing is loaded yet. A load that raised (SandboxError) raises here."""
+        if not loading:
+            return
+        done, _ = wait(list(loading), timeout=None if block else 0, return_when=FIRST_COMPLETED)
+        for future in sorted(done, key=lambda f: loading[f][0]):
+            index, session = loading.pop(future)
+            try:
+                early = future.result()
+            except BaseException:
+                session.close()
+                raise
+            loaded.append((index, session, early))
+
+    def _judge(self, session: _Session) -> EvalResult:
+        """The candidate's correctness and timing, with the warm reference."""
+        try:
+            result = session.judge(self._reference.ready, self._expected)
+        except BaseException:
+            # The reference failed (ProblemError) or the conversation with it was cut short
+            # (an interrupt, a harness error): its state is unknown, so it is replaced.
+            self._reference.discard()
+            raise
+        self._keep_expected(session.expected)
+        return result
+
+    def _keep_expected(self, expected: ReferenceTrials | None) -> None:
+        if self._expected is None and expected is not None and expected.nbytes <= CACHED_OUTPUTS_MAX_BYTES:
+            self._expected = expected
+
+    def _abandon(self, loading: dict, loaded: deque) -> None:
+        """The consumer stopped early or something raised: stop the loads still running
+        (killing their workers ends their waits) and close every session not yet judged."""
+        for _, session in loading.values():
+            session.abort()
+        wait(list(loading))
+        for _, session in loading.values():
+            session.close()
+        for _, session, _ in loaded:
+            session.close()
+        loading.clear()
+        loaded.clear()
+
+
+class _SeedPlan:
+    """The secret draws of one Evaluator. The fingerprint pattern and the correctness trials'
+    input seeds are drawn once, so the reference's trial outputs can be kept; each candidate's
+    timing inputs come from draws of its own. With a fixed `seed`, every candidate sees the
+    draws a lone evaluation with that seed would make."""
+
+    def __init__(self, options: EvalOptions, trials: int):
+        self._fixed = options.seed is not None
+        source = random.Random(options.seed) if self._fixed else secrets.SystemRandom()
+        self.fingerprint_seed = _draw(source)
+        self.trial_seeds = [_draw(source) for _ in range(trials)]
+        self._state = source.getstate() if self._fixed else None
+
+    def for_candidate(self):
+        if not self._fixed:
+            return secrets.SystemRandom()
+        source = random.Random()
+        source.setstate(self._state)
+        return source
+
+
+def _draw(source) -> int:
+    return source.randrange(1, 2**31 - 1)
+
+
+class _WorkerStarter:
+    """Starts sandboxed workers of one Evaluator and checks their hello.
+
+    Every worker is started from one thread that lives as long as the Evaluator: bubblewrap
+    (--die-with-parent) kills its sandbox when the *thread* that started it ends, and the
+    threads that load candidates ahead are short-lived."""
+
+    def __init__(self, problem_source: str, backend: isolation.Backend, device: str, memory_limit: int,
+                 root: Path, timeout: float):
+        self.problem_source, self.backend, self.device = problem_source, backend, device
+        self.memory_limit, self.root, self.timeout = memory_limit, root, timeout
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelopt-workers")
+
+    def launch(self, role: str, directory: Path) -> WorkerProcess:
+        """Start the process (it imports torch in the background); the hello is read later."""
+        scratch = directory / role
+        scratch.mkdir(parents=True)
+        (scratch / "problem.py").write_text(self.problem_source)
+        return self._thread.submit(WorkerProcess, role, backend=self.backend, scratch=scratch,
+                                   device=self.device, memory_limit=self.memory_limit).result()
+
+    def close(self) -> None:
+        """After every worker is closed: the starting thread may end."""
+        self._thread.shutdown(wait=True)
+
+    def await_hello(self, worker: WorkerProcess) -> None:
+        """Wait until the worker has imported torch; take its process and thread baseline."""
+        try:
+            hello, _ = worker.receive(time.monotonic() + self.timeout)
+        except (WorkerDied, WorkerTimeout) as exc:
+            worker.close()
+            raise SandboxError(f"the {worker.role} worker could not start ({exc}) under the "
+                               f"{self.backend.name} backend:\n{worker.log_tail()[-3000:]}") from None
+        if hello.get("hello") != PROTOCOL_VERSION:
+            worker.close()
+            raise SandboxError(f"worker protocol {hello.get('hello')!r} != host protocol {PROTOCOL_VERSION}")
+        worker.record_baseline()
+
+
+class _CandidateWorkers:
+    """Fresh candidate workers, each handed out once; one spare started ahead of need."""
+
+    def __init__(self, starter: _WorkerStarter):
+        self._starter = starter
+        self._lock = threading.Lock()
+        self._spare: WorkerProcess | None = None
+        self._count = itertools.count()
+        self._closed = False
+
+    @property
+    def spare_pid(self) -> int | None:
+        spare = self._spare
+        return spare.process.pid if spare is not None else None
+
+    def restock(self) -> None:
+        """Start a spare if there is none; it imports torch while other work goes on."""
+        with self._lock:
+            if self._spare is None and not self._closed:
+                self._spare = self._launch()
+
+    def take(self, restock: bool) -> WorkerProcess:
+        """A candidate worker that has said hello (the spare, or a new one). With `restock`,
+        the next spare starts as soon as this one is ready, so it starts while this candidate
+        is judged (and not beside this one's own start)."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the Evaluator is closed")
+            worker, self._spare = self._spare or self._launch(), None
+        try:
+            self._starter.await_hello(worker)
+        finally:
+            if restock:
+                self.restock()
+        return worker
+
+    def _launch(self) -> WorkerProcess:
+        return self._starter.launch("candidate", self._starter.root / f"candidate-{next(self._count):04d}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
+
+
+class _WarmReference:
+    """The reference worker, kept across candidates. It runs only the trusted reference; it
+    is checked before each candidate and replaced after anything abnormal."""
+
+    def __init__(self, starter: _WorkerStarter):
+        self._starter = starter
+        self._generation = itertools.count()
+        self.worker: WorkerProcess | None = None
+        self._greeted = False
+        self.launch()
+
+    @property
+    def pid(self) -> int | None:
+        return self.worker.process.pid if self.worker is not None else None
+
+    def launch(self) -> None:
+        directory = self._starter.root / f"reference-{next(self._generation)}"
+        self.worker, self._greeted = self._starter.launch("reference", directory), False
+
+    def ready(self) -> WorkerProcess:
+        """The reference worker, alive and in step with the host (a fresh one otherwise)."""
+        if self._greeted and not self._in_step():
+            self.discard()
+        if self.worker is None:
+            self.launch()
+        if not self._greeted:
+            try:
+                self._starter.await_hello(self.worker)
+            except SandboxError:
+                self.worker = None  # closed by await_hello
+                raise
+            self._greeted = True
+        return self.worker
+
+    def _in_step(self) -> bool:
+        """Alive, and the next frame it sends is the answer to a ping: nothing stale is
+        waiting in its pipe and it is not busy with an earlier request."""
+        if self.worker.process.poll() is not None:
+            return False
+        token = secrets.randbits(48)
+        try:
+            self.worker.send({"cmd": "ping", "token": token})
+            reply, _ = self.worker.receive(time.monotonic() + min(_PING_TIMEOUT_S, self._starter.timeout))
+        except (WorkerDied, WorkerTimeout):
+            return False
+        return isinstance(reply, dict) and reply.get("pong") == token
+
+    def discard(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+        self.worker, self._greeted = None, False
