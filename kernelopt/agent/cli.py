@@ -80,6 +80,11 @@ def add_eval_command(commands) -> None:
     p.add_argument("--timing-budget", type=float, default=10.0, metavar="S",
                    help="seconds spent timing at most (default 10)")
     p.add_argument("--seed", type=int, default=None, help="fix the trial seeds (default: secret random)")
+    p.add_argument("--build-mode", choices=["fast", "exact", "stock", "off"], default="fast",
+                   help="how load_inline/load extensions are built: by the host, cached (fast, exact, "
+                        "stock) or in the candidate's sandbox (off); default fast, see docs/builds.md")
+    p.add_argument("--build-cache", default=None, metavar="DIR",
+                   help="build cache directory (default $KERNELOPT_BUILD_CACHE or ~/.cache/kernelopt/builds)")
     p.add_argument("--json", action="store_true",
                    help="print exactly one JSON object on stdout (a batch: one per line and candidate)")
     p.set_defaults(handler=run_eval)
@@ -102,6 +107,7 @@ def run_eval(args) -> int:
             correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
             max_rel_error=args.max_rel_error, precision_policy=args.precision_policy,
             isolation=args.isolation, timing_budget=args.timing_budget, seed=args.seed,
+            build_mode=args.build_mode, build_cache=args.build_cache,
         )
         problem = load_problem(args.reference)
         if not batch:
