@@ -594,7 +594,7 @@ class _Session:
         if not build.ok:
             return {"cmd": "built", "ok": False, "error": "compilation failed", "log": build.log,
                     "cached": build.cached}
-        path = self.builds.deliver(build, self.workdir / "candidate")
+        path = self.builds.deliver(build, self.candidate.scratch)
         return {"cmd": "built", "ok": True, "path": path, "cached": build.cached, "lean": build.lean}
 
     def _fail(self, worker: WorkerProcess, reply: dict) -> None:
