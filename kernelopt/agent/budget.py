@@ -66,19 +66,18 @@ class Budget:
 
     def reserve_attempt(self) -> bool:
         """One LLM call and (possibly) one evaluation: both must be available."""
-        with self._lock:
-            if self._check():
-                return False
-            self.calls += 1
-            self.evaluations += 1
-            return True
+        return self._reserve(evaluations=1)
 
     def reserve_call(self) -> bool:
         """An LLM call that leads to no evaluation (a critique)."""
+        return self._reserve(evaluations=0)
+
+    def _reserve(self, evaluations: int) -> bool:
         with self._lock:
             if self._check():
                 return False
             self.calls += 1
+            self.evaluations += evaluations
             return True
 
     def release_evaluation(self) -> None:
