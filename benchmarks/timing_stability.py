@@ -4,6 +4,7 @@ An identical candidate (the reference's own code as ModelNew) should measure 1.0
 spread across evaluations is the referee's noise floor. Usage:
 
     .venv/bin/python benchmarks/timing_stability.py [--device cuda] [--runs 5] [--problem PATH]
+        [--timing-budget S] [--pin-timing auto|on|off]
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--problem", default=str(REPO / "examples" / "level1" / "4_RedundantSoftmax.py"))
     parser.add_argument("--timing-budget", type=float, default=10.0)
+    parser.add_argument("--pin-timing", choices=["auto", "on", "off"], default="auto",
+                        help="both workers' timed calls on one CPU core (auto: on for CUDA)")
     args = parser.parse_args()
     problem = load_problem(args.problem)
     identical = problem.source.replace("class Model(", "class ModelNew(")
-    options = EvalOptions(device=args.device, timing_budget=args.timing_budget)
+    options = EvalOptions(device=args.device, timing_budget=args.timing_budget, pin_timing=args.pin_timing)
     speedups, env = [], None
     for run in range(args.runs):
         result = evaluate(problem, identical, options)
@@ -40,7 +43,8 @@ def main() -> None:
               f"(rel IQR {t.candidate.rel_iqr:.3f})  samples {t.candidate.samples}")
     median = statistics.median(speedups)
     print(f"device: {env.device} {env.device_name}; torch {env.torch}, CUDA {env.cuda}, driver {env.driver}")
-    print(f"identical kernel, {args.runs} evaluations: median speedup {median:.4f}, "
+    print(f"identical kernel, {args.runs} evaluations, timing budget {args.timing_budget:g} s, "
+          f"pin-timing {args.pin_timing}: median speedup {median:.4f}, "
           f"range {min(speedups):.4f}-{max(speedups):.4f}, spread (max-min)/median "
           f"{(max(speedups) - min(speedups)) / median:.3%}")
 

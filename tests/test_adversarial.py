@@ -37,6 +37,7 @@ STATUSES = {"correct", "incorrect", "compile_error", "runtime_error", "timeout",
 FLAGS = {
     "patched_runtime",
     "python_threads",
+    "native_threads",
     "child_processes",
     "output_not_plain_tensor",
     "output_aliases_input",

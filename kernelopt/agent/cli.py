@@ -79,6 +79,9 @@ def add_eval_command(commands) -> None:
                    help="sandbox backend (default: the strongest that works here)")
     p.add_argument("--timing-budget", type=float, default=10.0, metavar="S",
                    help="seconds spent timing at most (default 10)")
+    p.add_argument("--pin-timing", choices=["auto", "on", "off"], default="auto",
+                   help="run both workers' timed calls on one CPU core (default auto: on for CUDA, "
+                        "see docs/referee.md)")
     p.add_argument("--seed", type=int, default=None, help="fix the trial seeds (default: secret random)")
     p.add_argument("--build-mode", choices=["fast", "exact", "stock", "off"], default="fast",
                    help="how load_inline/load extensions are built: by the host, cached (fast, exact, "
@@ -107,7 +110,7 @@ def run_eval(args) -> int:
             correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
             max_rel_error=args.max_rel_error, precision_policy=args.precision_policy,
             isolation=args.isolation, timing_budget=args.timing_budget, seed=args.seed,
-            build_mode=args.build_mode, build_cache=args.build_cache,
+            pin_timing=args.pin_timing, build_mode=args.build_mode, build_cache=args.build_cache,
         )
         problem = load_problem(args.reference)
         if not batch:

@@ -130,6 +130,17 @@ class WorkerProcess:
         except (OSError, AttributeError):
             return 0
 
+    def thread_names(self) -> list[str]:
+        """The worker's thread names (/proc's comm), for messages: a driver's thread is named."""
+        names = []
+        try:
+            for tid in os.listdir(f"/proc/{self.worker_pid}/task"):
+                with open(f"/proc/{self.worker_pid}/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
+                    names.append(f.read().strip())
+        except (OSError, AttributeError):
+            pass
+        return names
+
     def _live_tree(self) -> list[int]:
         return [pid for pid in [self.process.pid, *_descendants(self.process.pid)] if not _is_zombie(pid)]
 

@@ -16,6 +16,7 @@ reference's correctness outputs across candidates. `evaluate` is an Evaluator wi
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import shutil
@@ -123,6 +124,18 @@ def default_memory_limit() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
 
 
+def timing_cpu(options: EvalOptions, device: str) -> int | None:
+    """The CPU core both workers run their timed calls on, or None to leave them unpinned.
+
+    A small CUDA kernel is timed partly on the host (launch, synchronisation), and two processes
+    on different cores see different host speeds: an identical copy measured 0.85x-1.20x across
+    evaluations on an H100 unpinned. On one core, both sides pay the same host costs. The core
+    is the last one this process may use (the first ones are where the OS places most work)."""
+    if options.pin_timing == "off" or (options.pin_timing == "auto" and not device.startswith("cuda")):
+        return None
+    return max(os.sched_getaffinity(0))
+
+
 def evaluate(problem: Problem, candidate_source: str, options: EvalOptions | None = None) -> EvalResult:
     """Judge one candidate against the reference. Raises ProblemError when the reference itself
     fails, ValueError for an unusable device, IsolationError for an unusable backend and
@@ -170,6 +183,7 @@ class _Session:
         self.builds = build_service(options, backend)
         self.build_records: list[BuildRecord] = []
         self.candidate = self.reference = None
+        self.timing_cpu = timing_cpu(options, device)
 
     # -- the phases -------------------------------------------------------------------------
 
@@ -407,7 +421,7 @@ class _Session:
         """One round: candidate then reference (or the reverse), the same secret inputs.
         Returns per-call ms of both and each side's per-call time in its call loop that its
         own timer did not account for, as the host's clock saw it."""
-        message = {"cmd": "run", "seeds": seeds, "timed": True, "retain": True}
+        message = {"cmd": "run", "seeds": seeds, "timed": True, "retain": True, "pin_cpu": self.timing_cpu}
         order = [self.reference, self.candidate] if flip else [self.candidate, self.reference]
         replies, loops = {}, {}
         for worker in order:
@@ -463,8 +477,11 @@ class _Session:
             if "native_threads" not in self.flags:
                 self.flags.append("native_threads")
             if not self.device.startswith("cuda"):  # the CUDA driver starts threads lazily
+                extra = collections.Counter(self.candidate.thread_names()) - collections.Counter(
+                    self.reference.thread_names())
                 raise Verdict("rejected", f"the candidate runs {threads} more thread(s) than the reference "
-                                          "worker after its calls returned", ("native_threads",))
+                                          f"worker after its calls returned (names: {', '.join(sorted(extra))})",
+                              ("native_threads",))
 
     def _compare_sampled_call(self, count: int) -> None:
         """Compare in full one timed call, chosen only after the round ran, so a candidate

@@ -40,6 +40,9 @@ class EvalOptions(BaseModel):
     target_rel_spread: float = Field(0.05, gt=0, description="stop when IQR/median is below")
     timing_budget: float = Field(10.0, gt=0, description="seconds of timing at most")
     outlier_speedup: float = Field(10.0, gt=1, description="re-measure speedups above this")
+    pin_timing: Literal["auto", "on", "off"] = Field(
+        "auto", description="run both workers' timed calls on one CPU core; auto: on for CUDA "
+        "(launch-bound kernels are timed partly on the host, see docs/referee.md)")
     keep_scratch: bool = False
     # Extension builds (see builds.py): the host builds what the candidate passes to
     # load_inline/load and caches it; "off" lets the candidate build in its own sandbox.

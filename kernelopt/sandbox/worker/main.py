@@ -15,6 +15,7 @@ failures carry "kind" (compile_error, runtime_error, problem_error, bad_output) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -210,6 +211,8 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             torch.cuda.init()
+        else:
+            _probe_cuda_driver()
         self.settings_at_start = library_settings()
         if self.role == "candidate":
             self.tracker.install()
@@ -267,8 +270,9 @@ class Worker:
             if go.get("cmd") != "go":
                 return {"ok": False, "kind": "protocol", "error": "expected go"}, []
         reuse = self.retained if msg.get("retain") else []
-        timed = [self._call(inputs, reuse[i] if i < len(reuse) else None)
-                 for i, inputs in enumerate(all_inputs)]
+        with _pinned_to(msg.get("pin_cpu")):
+            timed = [self._call(inputs, reuse[i] if i < len(reuse) else None)
+                     for i, inputs in enumerate(all_inputs)]
         if msg.get("timed"):
             wire.write_frame(self.out_fd, {"ok": True, "done": True})
         calls, blobs = [], []
@@ -377,6 +381,34 @@ class Worker:
         changed = sorted(k for k, v in settings.items() if self.settings_at_start.get(k) != v)
         return {"builds": self.tracker.builds, "extension_calls_total": self.tracker.calls,
                 "changed_settings": changed}
+
+
+@contextlib.contextmanager
+def _pinned_to(cpu: int | None):
+    """Run this thread on one CPU core for the block (the host picks the same core for both
+    workers' timed calls), then restore its affinity. A core this worker may not use is ignored."""
+    if cpu is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _probe_cuda_driver() -> None:
+    """On a machine with an NVIDIA driver, a CPU evaluation's candidate may still touch CUDA
+    (a CUDA extension's import, torch.cuda.is_available()); the driver then starts a thread of
+    its own. Both workers probe at load, so such a thread counts on both sides, not as the candidate's."""
+    import torch
+
+    torch.cuda.is_available()
 
 
 def _warm_thread_pools() -> None:
