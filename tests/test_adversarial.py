@@ -12,6 +12,7 @@ problems and candidates.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -427,8 +428,33 @@ def test_header_parser_rejects_typos(tmp_path):
 @pytest.mark.parametrize("path", _case_params())
 def test_adversarial_case(path, shared_evaluators):
     case = parse_case(path)
-    options = _case_options(case)
-    source = path.read_text(encoding="utf-8")
+    judge_case(case, _case_options(case), shared_evaluators)
+
+
+@functools.lru_cache(maxsize=None)
+def _docker_sandbox_ready() -> bool:
+    """A daemon is reachable and the sandbox image (`docker build -t kernelopt-sandbox .`) is built."""
+    try:
+        from kernelopt.sandbox import containers
+
+        containers.connect(containers.DEFAULT_IMAGE, "cpu")
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("path", _case_params())
+def test_adversarial_case_in_a_container(path, shared_evaluators):
+    """The whole corpus again, every worker in a container of the sandbox image."""
+    if not _docker_sandbox_ready():
+        pytest.skip("needs a Docker daemon and the kernelopt-sandbox image")
+    case = parse_case(path)
+    judge_case(case, _case_options(case).model_copy(update={"isolation": "docker"}), shared_evaluators)
+
+
+def judge_case(case: Case, options, shared_evaluators) -> None:
+    source = case.path.read_text(encoding="utf-8")
 
     def judge():
         return shared_evaluators.evaluate(PROBLEMS / f"{case.problem}.py", source, options)

@@ -93,7 +93,10 @@ def add_optimize_command(commands) -> None:
     ev.add_argument("--eval-timeout", type=float, default=None, metavar="S", help="seconds per evaluation (default 300)")
     ev.add_argument("--timing-budget", type=float, default=None, metavar="S", help="seconds of timing per evaluation (default 10)")
     ev.add_argument("--correctness-trials", type=int, default=None, metavar="N", help="input sets checked (default 5)")
-    ev.add_argument("--isolation", choices=["auto", "bubblewrap", "unshare", "none"], default=None)
+    ev.add_argument("--isolation", "--sandbox", dest="isolation",
+                    choices=["auto", "bubblewrap", "unshare", "none", "docker"], default=None,
+                    help="sandbox backend, as for eval (default auto)")
+    ev.add_argument("--image", default=None, help="the docker backend's sandbox image (default kernelopt-sandbox)")
     ev.add_argument("--build-mode", choices=["fast", "exact", "stock", "off"], default=None,
                     help="how candidates' extensions are built (default fast; see docs/builds.md)")
     out = p.add_argument_group("records")
@@ -218,7 +221,7 @@ def apply_overrides(config, args, resuming: bool) -> None:
     config.llm_options = {k: v for k, v in llm.items() if v is not None}
     ev = {"timeout": args.eval_timeout, "timing_budget": args.timing_budget,
           "correctness_trials": args.correctness_trials, "isolation": args.isolation,
-          "build_mode": args.build_mode}
+          "image": args.image, "build_mode": args.build_mode}
     config.eval_options = {k: v for k, v in ev.items() if v is not None}
     for name, value in list(config.limits.items()) + list(config.strategy_options.items()):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:

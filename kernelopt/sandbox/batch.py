@@ -74,7 +74,11 @@ class Evaluator:
         self.jobs = max(1, int(jobs))
         self.keep_spare = keep_spare  # start a spare after the last known candidate too
         self.device = resolve_device(self.options.device)
-        self.backend = isolation.select_backend(self.options.isolation)
+        self.backend = isolation.select_backend(self.options.isolation, self.options.image)
+        if self.backend.name == "docker":
+            from kernelopt.sandbox import containers
+
+            containers.connect(self.backend.image, self.device)  # raises DockerError saying what to fix
         self.workers_used: list[WorkersUsed] = []
         self._seeds = _SeedPlan(self.options, trials=self.options.correctness_trials)
         self._expected: ReferenceTrials | None = None

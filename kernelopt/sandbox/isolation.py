@@ -42,6 +42,7 @@ class Backend:
     filesystem_confined: bool
     pid_namespace: bool
     warnings: list[str] = field(default_factory=list)
+    image: str | None = None  # the docker backend's sandbox image
 
 
 # Without a GPU torch cannot infer the architectures to build CUDA code for; compile for Hopper
@@ -106,8 +107,12 @@ def detect_cuda_home() -> str | None:
     return None
 
 
-def select_backend(choice: str) -> Backend:
-    """Resolve 'auto' to the strongest backend that works here; check an explicit choice."""
+def select_backend(choice: str, image: str | None = None) -> Backend:
+    """Resolve 'auto' to the strongest backend that works here; check an explicit choice.
+    'docker' is never chosen by 'auto' (it needs an image); its checks run in
+    kernelopt.sandbox.containers.connect."""
+    if choice == "docker":
+        return Backend("docker", True, True, True, image=image or "kernelopt-sandbox")
     if choice in ("auto", "bubblewrap") and _bubblewrap_works():
         return Backend("bubblewrap", True, True, True)
     if choice == "bubblewrap":
@@ -125,6 +130,18 @@ def select_backend(choice: str) -> Backend:
     warnings = ["no namespace isolation available: the candidate can reach the network and the "
                 "filesystem; install bubblewrap (apt-get install bubblewrap)"]
     return Backend("none", False, False, False, warnings)
+
+
+def device_inside(backend: Backend, device: str) -> str:
+    """The device's name as the worker sees it: a container sees its one GPU as cuda:0."""
+    if backend.name == "docker" and device.startswith("cuda"):
+        return "cuda:0"
+    return device
+
+
+def backend_works(name: str) -> bool:
+    """Whether the named backend can start a sandbox here (a real probe, cached)."""
+    return {"bubblewrap": _bubblewrap_works, "unshare": _unshare_works}.get(name, lambda: name == "none")()
 
 
 def wrap_command(backend: Backend, command: list[str], scratch: Path, device: str,

@@ -54,16 +54,20 @@ class WorkerProcess:
         self.log_path = scratch.parent / f"{role}.log"
         cmd_read, self._cmd_write = os.pipe()
         self._out_read, out_write = os.pipe()
-        boot = _BOOT.format(path=str(_SANDBOX_DIR))
-        command = [sys.executable, "-E", "-s", "-c", boot, "--role", role,
-                   "--cmd-fd", str(cmd_read), "--out-fd", str(out_write)]
-        command = isolation.wrap_command(backend, command, scratch, device, (cmd_read, out_write))
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(cmd_read, out_write), cwd=scratch, start_new_session=True,
-                env=isolation.scrubbed_environment(scratch, _device_environment(device)),
-            )
+        environment = isolation.scrubbed_environment(scratch, _device_environment(device))
+        if backend.name == "docker":
+            self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
+                                            cmd_read, out_write, self.log_path)
+        else:
+            boot = _BOOT.format(path=str(_SANDBOX_DIR))
+            command = [sys.executable, "-E", "-s", "-c", boot, "--role", role,
+                       "--cmd-fd", str(cmd_read), "--out-fd", str(out_write)]
+            command = isolation.wrap_command(backend, command, scratch, device, (cmd_read, out_write))
+            with open(self.log_path, "wb") as log:
+                self.process = subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    pass_fds=(cmd_read, out_write), cwd=scratch, start_new_session=True, env=environment,
+                )
         os.close(cmd_read)
         os.close(out_write)
         self._reader = wire.FrameReader(self._out_read, max_blob_bytes=max_reply_bytes)
@@ -180,6 +184,8 @@ class WorkerProcess:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if not isinstance(self.process, subprocess.Popen):
+            self.process.kill()  # a container: removed with whatever is left in it
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -194,6 +200,26 @@ class WorkerProcess:
                 self.memory_exceeded = True
                 self.kill()
                 return
+
+
+def _start_container(backend: isolation.Backend, role: str, scratch: Path, device: str, memory_limit: int,
+                     environment: dict[str, str], cmd_read: int, out_write: int, log_path: Path):
+    """The worker in a container of the sandbox image (kernelopt/sandbox/containers.py)."""
+    import socket
+
+    from kernelopt.sandbox import containers
+
+    client = containers.connect(backend.image, device)
+    uid, gid = containers.container_user()
+    if os.getuid() == 0:
+        os.chown(scratch, uid, gid)  # the container's unprivileged user writes its scratch
+        os.chown(scratch / "tmp", uid, gid)
+    config = containers.container_config(
+        backend.image, containers.worker_command(role), scratch, device,
+        containers.ContainerLimits(memory_bytes=memory_limit), environment,
+        owner=f"{socket.gethostname()}:{os.getpid()}", uid=uid, gid=gid)
+    log_path.write_bytes(b"")
+    return containers.ContainerProcess(client, config, cmd_read, out_write, log_path)
 
 
 def _device_environment(device: str) -> dict[str, str]:

@@ -265,7 +265,8 @@ class _Session:
         return self.reference.process.pid if self.reference is not None else None
 
     def _load_message(self, scratch: Path, with_candidate: bool) -> dict:
-        message = {"cmd": "load", "device": self.device, "init_seed": INIT_SEED,
+        message = {"cmd": "load", "device": isolation.device_inside(self.backend, self.device),
+                   "init_seed": INIT_SEED,
                    "fingerprint_seed": self.fingerprint_seed, "host_builds": self.builds is not None,
                    "problem_path": str(scratch / "problem.py")}
         if with_candidate:
@@ -699,7 +700,8 @@ class _Session:
         return Isolation(backend=b.name, network_isolated=b.network_isolated,
                          filesystem_confined=b.filesystem_confined, pid_namespace=b.pid_namespace,
                          memory_limit_bytes=self.memory_limit,
-                         memory_limit_mechanism="host watchdog on the resident memory of the worker's process tree",
+                         memory_limit_mechanism="host watchdog on the resident memory of the worker's process tree"
+                         + (", and the container's memory limit" if b.name == "docker" else ""),
                          warnings=list(b.warnings))
 
     def close(self) -> None:
@@ -712,8 +714,8 @@ class _Session:
 
 def build_service(options: EvalOptions, backend: isolation.Backend) -> builds_module.BuildService | None:
     """The host's builder for this evaluation's extensions (None: candidates build in place)."""
-    if options.build_mode == "off":
-        return None
+    if options.build_mode == "off" or backend.name == "docker":
+        return None  # in a container the image's torch builds (the host's may differ)
     return builds_module.BuildService(builds_module.BuildCache(options.build_cache), backend, options.build_mode)
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Status = Literal["correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected"]
-IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none"]
+IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none", "docker"]
 
 
 class EvalOptions(BaseModel):
@@ -32,6 +32,7 @@ class EvalOptions(BaseModel):
         "flag", description="what to do when the error shows reduced-precision arithmetic"
     )
     isolation: IsolationChoice = "auto"
+    image: str = Field("kernelopt-sandbox", description="the sandbox image of the docker backend")
     seed: int | None = Field(None, description="fix the trial seeds (default: secret, random)")
     # Timing (see DESIGN.md, timing methodology).
     warmup_calls: int = Field(3, ge=1)

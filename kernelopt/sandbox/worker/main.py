@@ -513,15 +513,30 @@ def serve(role: str, cmd_fd: int, out_fd: int) -> None:
         sys.stdout.flush()
 
 
+def _channel_off_standard_streams(cmd_fd: int, out_fd: int) -> tuple[int, int]:
+    """In a container the channel is the worker's stdin/stdout (all docker attaches). Move it
+    to fresh descriptors, then give stdin /dev/null and make stdout the log (stderr): nothing
+    the program reads or prints can reach the channel."""
+    if cmd_fd > 2 and out_fd > 2:
+        return cmd_fd, out_fd
+    cmd_fd, out_fd = os.dup(cmd_fd), os.dup(out_fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return cmd_fd, out_fd
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="kernelopt-worker")
     parser.add_argument("--role", choices=["reference", "candidate"], required=True)
     parser.add_argument("--cmd-fd", type=int, required=True)
     parser.add_argument("--out-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    cmd_fd, out_fd = _channel_off_standard_streams(args.cmd_fd, args.out_fd)
     import torch  # noqa: F401  (import before anything of the candidate's; binds torch's state)
 
     from . import measure  # noqa: F401  (binds the clock and synchronisation functions)
 
-    serve(args.role, args.cmd_fd, args.out_fd)
+    serve(args.role, cmd_fd, out_fd)
     os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks get no say

@@ -1,0 +1,281 @@
+"""The docker isolation backend: each worker runs in a container of the sandbox image.
+
+A worker container gets: no network, a read-only root with a tmpfs /tmp, its scratch directory
+as the only writable bind mount, the image's unprivileged user, every capability dropped,
+no-new-privileges, pids, memory and CPU limits, and on a CUDA device that one GPU only. The
+host talks to the worker over the container's attached stdin/stdout (the worker moves its
+channel off them before any program code runs, docs/sandbox.md); stderr is the worker's log.
+
+The host keeps its own view of the sandbox: the container's processes are ordinary processes
+of this kernel, so the census, the memory watchdog and the kill of kernelopt/sandbox/process.py
+work on them as on a bubblewrap sandbox's. Needs a local Linux daemon (`docker info` works)
+and, for GPUs, the NVIDIA Container Toolkit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelopt.sandbox.isolation import IsolationError
+from kernelopt.sandbox.worker import wire
+
+DEFAULT_IMAGE = "kernelopt-sandbox"
+PROTOCOL_LABEL = "org.kernelopt.worker-protocol"
+OWNER_LABEL = "org.kernelopt.owner"  # host:pid of the kernelopt process that started it
+WORKER_ROOT = "/opt/kernelopt"  # where the image holds the worker package
+# Variables the image sets for itself: the host's values would point at the host's files.
+_HOST_ONLY_VARIABLES = ("PATH", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+                        "NVIDIA_VISIBLE_DEVICES")
+_SANDBOX_UID = 1000  # the image's `sandbox` user, used when the host runs as root
+
+
+class DockerError(IsolationError):
+    """The docker backend cannot run here; the message says what to install or build."""
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    memory_bytes: int
+    pids: int = 1024
+    cpus: float | None = None  # None: no CPU quota
+    tmpfs_bytes: int = 1 << 30
+    shm_bytes: int = 1 << 30
+
+
+def container_config(image: str, command: list[str], scratch: Path, device: str, limits: ContainerLimits,
+                     environment: dict[str, str], owner: str, uid: int, gid: int) -> dict:
+    """Keyword arguments of docker's `containers.create` for one worker (pure: unit-tested)."""
+    from docker.types import DeviceRequest
+
+    config = {
+        "image": image,
+        "command": command,
+        "stdin_open": True,
+        "detach": True,
+        "init": True,  # a tiny init reaps zombies, so the process census stays exact
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_bytes}"},
+        "volumes": {str(scratch): {"bind": str(scratch), "mode": "rw"}},
+        "working_dir": str(scratch),
+        "user": f"{uid}:{gid}",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "pids_limit": limits.pids,
+        "mem_limit": limits.memory_bytes,
+        "memswap_limit": limits.memory_bytes,  # no swap beyond the memory limit
+        "shm_size": limits.shm_bytes,
+        "ipc_mode": "private",
+        "environment": {k: v for k, v in environment.items() if k not in _HOST_ONLY_VARIABLES},
+        "labels": {OWNER_LABEL: owner},
+    }
+    if limits.cpus:
+        config["nano_cpus"] = int(limits.cpus * 1e9)
+    if device.startswith("cuda"):
+        index = device.partition(":")[2] or "0"
+        config["device_requests"] = [DeviceRequest(device_ids=[index], capabilities=[["gpu"]])]
+    return config
+
+
+def worker_command(role: str) -> list[str]:
+    """The worker as the image runs it; its channel is the container's stdin/stdout."""
+    boot = f"import sys; sys.path.insert(0, {WORKER_ROOT!r}); from worker.main import main; main(sys.argv[1:])"
+    return ["python3", "-E", "-s", "-c", boot, "--role", role, "--cmd-fd", "0", "--out-fd", "1"]
+
+
+def container_user() -> tuple[int, int]:
+    """The host's own uid (so the host may signal and clean up the container's processes and
+    files), or the image's sandbox user when the host runs as root: never root inside."""
+    if os.getuid() == 0:
+        return _SANDBOX_UID, _SANDBOX_UID
+    return os.getuid(), os.getgid()
+
+
+@functools.lru_cache(maxsize=None)
+def connect(image: str, device: str):
+    """A docker client for `image`, after checking the SDK, the daemon, the image, its worker
+    protocol and (for a GPU) the NVIDIA runtime; the first connection also removes containers
+    orphaned by a killed kernelopt. Raises DockerError saying what to fix (not cached)."""
+    try:
+        import docker
+    except ImportError:
+        raise DockerError("the docker backend needs the docker SDK: pip install 'kernelopt[docker]' "
+                          "(or pip install docker)") from None
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as exc:  # the SDK raises several types for an absent daemon
+        raise DockerError(f"cannot reach the Docker daemon ({exc}): install Docker Engine and start it, "
+                          "and make sure this user may use it (docker info must work)") from None
+    check_image(client, image)
+    if device.startswith("cuda"):
+        check_nvidia_runtime(client.info())
+    remove_orphans(client)
+    return client
+
+
+def check_image(client, image: str) -> None:
+    import docker
+
+    try:
+        labels = client.images.get(image).labels or {}
+    except docker.errors.ImageNotFound:
+        raise DockerError(f"docker image {image!r} not found: build it from kernelopt's checkout with "
+                          f"`docker build -t {image} .`") from None
+    found = labels.get(PROTOCOL_LABEL)
+    if found != str(wire.PROTOCOL_VERSION):
+        raise DockerError(f"docker image {image!r} speaks worker protocol {found or 'none'}, this kernelopt "
+                          f"speaks {wire.PROTOCOL_VERSION}: rebuild it with `docker build -t {image} .` "
+                          "from this version's checkout")
+
+
+def check_nvidia_runtime(info: dict) -> None:
+    """GPUs reach a container through the NVIDIA Container Toolkit (a runtime or CDI specs)."""
+    if "nvidia" in (info.get("Runtimes") or {}) or info.get("CDISpecDirs"):
+        return
+    raise DockerError("the Docker daemon has no NVIDIA runtime, so containers cannot use the GPU: install "
+                      "the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker`, "
+                      "then restart the daemon")
+
+
+def remove_orphans(client) -> int:
+    """Remove worker containers whose kernelopt process on this host is gone (a crash or
+    SIGKILL skips the normal cleanup). Returns how many."""
+    removed = 0
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
+        if owner_host == host and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+class ContainerProcess:
+    """One worker container, shaped like the subprocess.Popen the host uses for other backends:
+    `pid` (the container's init, as this host sees it), `poll`, `wait`, `kill`. Two threads
+    carry the channel between the host's pipes and the container's attached streams."""
+
+    def __init__(self, client, config: dict, cmd_read: int, out_write: int, log_path: Path):
+        self.container = client.containers.create(**config)
+        self.returncode: int | None = None
+        try:
+            attached = client.api.attach_socket(self.container.id, params={
+                "stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            self._socket = getattr(attached, "_sock", attached)
+            self.container.start()
+            self.container.reload()
+            self.pid = int(self.container.attrs["State"]["Pid"])
+        except Exception:
+            self.container.remove(force=True)
+            raise
+        # The threads own their own copies: the caller closes its ends as for a subprocess.
+        threading.Thread(target=_pump_commands, args=(os.dup(cmd_read), self._socket), daemon=True).start()
+        threading.Thread(target=_pump_replies, args=(self._socket, os.dup(out_write), log_path),
+                         daemon=True).start()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.container.reload()
+            except Exception:
+                self.returncode = -9  # removed behind our back
+                return self.returncode
+            state = self.container.attrs["State"]
+            if state.get("Status") in ("exited", "dead"):
+                self.returncode = _as_signal_code(int(state.get("ExitCode", 0)))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import subprocess
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired("docker container", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            self.container.remove(force=True)  # kills it first
+        except Exception:
+            pass
+        if self.returncode is None:
+            self.returncode = -9
+
+
+def _as_signal_code(exit_code: int) -> int:
+    """Docker reports death by signal N as 128+N; the host's messages expect Popen's -N."""
+    return -(exit_code - 128) if 128 < exit_code < 160 else exit_code
+
+
+def _pump_commands(cmd_read: int, sock) -> None:
+    """Host -> worker: the command pipe's bytes go to the container's stdin as they are."""
+    try:
+        while chunk := os.read(cmd_read, 1 << 16):
+            sock.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        os.close(cmd_read)
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+def _pump_replies(sock, out_write: int, log_path: Path) -> None:
+    """Worker -> host: docker multiplexes stdout and stderr on the attached socket; stdout is
+    the reply channel, stderr (everything the program prints) goes to the size-capped log."""
+    demux = Demultiplexer()
+    try:
+        with open(log_path, "ab") as log:
+            while chunk := sock.recv(1 << 16):
+                for stream, payload in demux.feed(chunk):
+                    if stream == 1:
+                        _write_all(out_write, payload)
+                    else:
+                        log.write(payload)
+                        log.flush()
+    except OSError:
+        pass
+    finally:
+        os.close(out_write)  # the host's reader sees the channel close
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Demultiplexer:
+    """Docker's attach stream: frames of an 8-byte header (stream id, 3 zero bytes, big-endian
+    length) and a payload; stream 1 is stdout, 2 stderr. Chunks may split frames anywhere."""
+
+    HEADER = struct.Struct(">BxxxL")
+
+    def __init__(self):
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> list[tuple[int, bytes]]:
+        self._buffer += chunk
+        frames = []
+        while len(self._buffer) >= self.HEADER.size:
+            stream, length = self.HEADER.unpack_from(self._buffer)
+            if stream not in (0, 1, 2):
+                raise wire.ProtocolError(f"not a docker attach stream (stream id {stream})")
+            end = self.HEADER.size + length
+            if len(self._buffer) < end:
+                break
+            frames.append((stream, bytes(self._buffer[self.HEADER.size:end])))
+            del self._buffer[:end]
+        return frames
