@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelopt.agent.cli_cache import add_cache_command
 
     add_cache_command(commands)
+    from kernelopt.agent.cli_doctor import add_doctor_command
+
+    add_doctor_command(commands)
     return parser
 
 
@@ -75,8 +78,13 @@ def add_eval_command(commands) -> None:
                    help="bound on ||out-ref||/||ref|| (default: max(rtol, 1e-3))")
     p.add_argument("--precision-policy", choices=["flag", "reject"], default="flag",
                    help="reduced-precision arithmetic: flag it (default) or reject the candidate")
-    p.add_argument("--isolation", choices=["auto", "bubblewrap", "unshare", "none"], default="auto",
-                   help="sandbox backend (default: the strongest that works here)")
+    p.add_argument("--isolation", "--sandbox", dest="isolation",
+                   choices=["auto", "bubblewrap", "unshare", "none", "docker"], default="auto",
+                   help="sandbox backend (default: the strongest namespace backend that works here; "
+                        "docker: a container of --image per worker, see docs/sandbox.md)")
+    p.add_argument("--image", default="kernelopt-sandbox",
+                   help="the docker backend's sandbox image (default kernelopt-sandbox, built from the "
+                        "Dockerfile)")
     p.add_argument("--timing-budget", type=float, default=10.0, metavar="S",
                    help="seconds spent timing at most (default 10)")
     p.add_argument("--pin-timing", choices=["auto", "on", "off"], default="auto",
@@ -109,7 +117,7 @@ def run_eval(args) -> int:
             device=args.device, timeout=args.timeout, memory_limit=args.memory_limit,
             correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
             max_rel_error=args.max_rel_error, precision_policy=args.precision_policy,
-            isolation=args.isolation, timing_budget=args.timing_budget, seed=args.seed,
+            isolation=args.isolation, image=args.image, timing_budget=args.timing_budget, seed=args.seed,
             pin_timing=args.pin_timing, build_mode=args.build_mode, build_cache=args.build_cache,
         )
         problem = load_problem(args.reference)

@@ -1,0 +1,237 @@
+"""What this machine can do for the referee: GPUs, driver, CUDA toolkit, torch, build tools and
+sandbox backends, each with how to fix what is missing. `kernelopt doctor` prints it.
+
+Every check is a probe of the real thing (run nvidia-smi, nvcc, a bubblewrap sandbox), never a
+guess from paths alone, and none needs a GPU: on a machine without one the report says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kernelopt.sandbox import isolation
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = False  # without it nothing can be evaluated here
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)
+    default_backend: str = ""
+    default_device: str = "cpu"
+    versions: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks if c.required)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "default_backend": self.default_backend, "default_device": self.default_device,
+                "gpus": self.gpus, "versions": self.versions, "checks": [asdict(c) for c in self.checks]}
+
+
+def diagnose() -> Report:
+    report = Report()
+    torch_check, torch_cuda = _check_torch(report)
+    report.checks.append(torch_check)
+    report.checks.append(_check_gpus(report))
+    report.checks.append(_check_driver(report))
+    report.checks.append(_check_nvcc(report, torch_cuda))
+    report.checks.append(_check_ninja())
+    report.checks.append(_check_compiler())
+    report.checks.extend(_check_backends(report))
+    if report.gpus and torch_check.ok:
+        report.default_device = "cuda:0" if torch_cuda.get("available") else "cpu"
+    return report
+
+
+def _run(command: list[str], timeout: float = 20.0) -> tuple[int, str]:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, str(exc)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def _check_torch(report: Report) -> tuple[Check, dict]:
+    try:
+        import torch
+    except ImportError as exc:
+        return Check("torch", False, f"cannot import torch: {exc}", "pip install torch (a CUDA build for "
+                     "GPU evaluation: see https://pytorch.org/get-started/locally/)", required=True), {}
+    cuda = {"build": torch.version.cuda, "available": torch.cuda.is_available()}
+    report.versions.update(torch=torch.__version__, torch_cuda=torch.version.cuda)
+    if torch.version.cuda is None:
+        return Check("torch", True, f"torch {torch.__version__}, a CPU-only build: candidates are judged on "
+                     "the CPU and CUDA sources cannot be compiled",
+                     "for GPU evaluation install a CUDA build of torch matching the driver "
+                     "(https://pytorch.org/get-started/locally/)", required=True), cuda
+    state = "sees the GPU" if cuda["available"] else "sees no GPU"
+    return Check("torch", True, f"torch {torch.__version__}, CUDA {torch.version.cuda} build, {state}",
+                 required=True), cuda
+
+
+def _check_gpus(report: Report) -> Check:
+    if shutil.which("nvidia-smi") is None:
+        return Check("gpus", False, "no nvidia-smi: no NVIDIA driver here, so evaluations run on the CPU",
+                     "on a GPU machine install the NVIDIA driver (nvidia-smi must work)")
+    code, out = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                      "--format=csv,noheader,nounits"])
+    if code != 0:
+        return Check("gpus", False, f"nvidia-smi failed: {out[-300:]}",
+                     "check the NVIDIA driver (nvidia-smi must list the GPUs)")
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 4:
+            report.gpus.append({"index": int(parts[0]), "name": parts[1], "memory_mib": int(float(parts[2])),
+                                "driver": parts[3]})
+    if not report.gpus:
+        return Check("gpus", False, "nvidia-smi lists no GPU", "check the driver and CUDA_VISIBLE_DEVICES")
+    names = ", ".join(f"{g['index']}: {g['name']} ({g['memory_mib']} MiB)" for g in report.gpus)
+    return Check("gpus", True, names)
+
+
+def _check_driver(report: Report) -> Check:
+    """The CUDA version the driver supports, read from libcuda itself."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return Check("driver", False, "libcuda.so.1 not found: no NVIDIA driver libraries",
+                     "install the NVIDIA driver; in a container, run it with the NVIDIA runtime")
+    version = ctypes.c_int()
+    if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return Check("driver", False, "cuDriverGetVersion failed", "check the NVIDIA driver installation")
+    text = f"{version.value // 1000}.{version.value % 1000 // 10}"
+    report.versions["driver_cuda"] = text
+    return Check("driver", True, f"the driver supports CUDA {text}")
+
+
+def _check_nvcc(report: Report, torch_cuda: dict) -> Check:
+    cuda_home = isolation.detect_cuda_home()
+    nvcc = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else shutil.which("nvcc")
+    if not nvcc or not os.path.exists(nvcc):
+        return Check("nvcc", False, "no CUDA toolkit (nvcc): CUDA candidates cannot be compiled",
+                     "install the CUDA toolkit matching torch's CUDA version, or set CUDA_HOME")
+    code, out = _run([nvcc, "--version"])
+    found = re.search(r"release (\d+\.\d+)", out)
+    if code != 0 or not found:
+        return Check("nvcc", False, f"{nvcc} --version failed: {out[-300:]}", "check the CUDA toolkit")
+    release = found.group(1)
+    report.versions["nvcc"] = release
+    detail = f"nvcc {release} at {nvcc}"
+    built_for = torch_cuda.get("build")
+    if built_for and built_for.split(".")[0] != release.split(".")[0]:
+        return Check("nvcc", False, f"{detail}, but torch was built with CUDA {built_for}: extensions "
+                     "would not build or load", f"install CUDA {built_for.split('.')[0]}.x or a torch "
+                     f"build for CUDA {release}, and point CUDA_HOME at it")
+    return Check("nvcc", True, detail)
+
+
+def _check_ninja() -> Check:
+    if shutil.which("ninja") is None:
+        return Check("ninja", False, "ninja not on PATH: the stock build mode and load() need it",
+                     "pip install ninja")
+    _, out = _run(["ninja", "--version"])
+    return Check("ninja", True, f"ninja {out}")
+
+
+def _check_compiler() -> Check:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if not compiler:
+        return Check("c++", False, "no C++ compiler: C++/CUDA extensions cannot be built",
+                     "install g++ (apt-get install g++)")
+    _, out = _run([compiler, "--version"])
+    return Check("c++", True, out.splitlines()[0] if out else compiler)
+
+
+def _check_backends(report: Report) -> list[Check]:
+    checks = []
+    works = {
+        "bubblewrap": isolation.backend_works("bubblewrap"),
+        "unshare": isolation.backend_works("unshare"),
+    }
+    fixes = {
+        "bubblewrap": "apt-get install bubblewrap, and allow unprivileged user namespaces "
+                      "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
+                      "kernel.apparmor_restrict_unprivileged_userns=0)",
+        "unshare": "needs util-linux's unshare and unprivileged user namespaces",
+    }
+    protects = {
+        "bubblewrap": "no network, read-only root, private /tmp, hidden homes, own PID namespace",
+        "unshare": "no network, own PID namespace; files not confined",
+    }
+    for name, ok in works.items():
+        detail = f"works: {protects[name]}" if ok else "does not work here"
+        checks.append(Check(f"sandbox:{name}", ok, detail, "" if ok else fixes[name]))
+    if works["bubblewrap"] and report.gpus:
+        checks.append(_check_cuda_in_sandbox())
+    checks.append(_check_docker("cuda:0" if report.gpus else "cpu"))
+    report.default_backend = isolation.select_backend("auto").name
+    if report.default_backend == "none":
+        checks.append(Check("sandbox:default", False, "no sandbox works: candidates would run unconfined",
+                            fixes["bubblewrap"]))
+    else:
+        checks.append(Check("sandbox:default", True, f"{report.default_backend} (the strongest that works here)"))
+    return checks
+
+
+def _check_docker(device: str) -> Check:
+    """The container backend: SDK, daemon, the sandbox image and its protocol, the GPU runtime."""
+    from kernelopt.sandbox import containers
+
+    try:
+        containers.connect(containers.DEFAULT_IMAGE, device)
+    except containers.DockerError as exc:
+        return Check("sandbox:docker", False, "not usable (--sandbox docker)", str(exc))
+    return Check("sandbox:docker", True, f"works with image {containers.DEFAULT_IMAGE}: no network, read-only "
+                 "root, no capabilities, pids/memory limits, one GPU per container (--sandbox docker)")
+
+
+_CUDA_PROBE = ("import torch; assert torch.cuda.is_available(), 'no CUDA device visible'; "
+               "x = torch.arange(4.0, device='cuda'); print(float((x * 2).sum()))")
+
+
+def _check_cuda_in_sandbox() -> Check:
+    """The namespace backend's CUDA path: a kernel runs inside bubblewrap with the NVIDIA
+    device nodes bound, /sys and the driver libraries visible."""
+    backend = isolation.select_backend("bubblewrap")
+    with tempfile.TemporaryDirectory(prefix="kernelopt-doctor-") as scratch:
+        command = isolation.wrap_command(backend, [sys.executable, "-c", _CUDA_PROBE], Path(scratch), "cuda:0", ())
+        env = isolation.scrubbed_environment(Path(scratch))
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=scratch)
+        except subprocess.TimeoutExpired:
+            return Check("sandbox:bubblewrap+cuda", False, "a CUDA probe in bubblewrap did not finish in 120 s",
+                         "check that the driver works outside the sandbox (nvidia-smi)")
+    if done.returncode == 0 and done.stdout.strip() == "12.0":
+        return Check("sandbox:bubblewrap+cuda", True, "a CUDA kernel ran inside bubblewrap")
+    return Check("sandbox:bubblewrap+cuda", False, "a CUDA kernel failed inside bubblewrap: "
+                 + (done.stderr or done.stdout).strip()[-400:],
+                 "the NVIDIA device nodes (/dev/nvidia*) must exist on the host; report the message above")
+
+
+def render(report: Report) -> str:
+    lines = []
+    for check in report.checks:
+        mark = "ok " if check.ok else ("ERR" if check.required else "-- ")
+        lines.append(f"[{mark}] {check.name:<20} {check.detail}")
+        if not check.ok and check.fix:
+            lines.append(f"      {'':<20} fix: {check.fix}")
+    lines.append(f"default device: {report.default_device}; default sandbox: {report.default_backend}")
+    return "\n".join(lines)
