@@ -41,6 +41,20 @@ def test_a_worker_container_is_locked_down(tmp_path):
     assert config["labels"] == {containers.OWNER_LABEL: "host:42"}
 
 
+def test_the_sdk_turns_the_configuration_into_the_request_docker_receives(tmp_path):
+    """Every keyword is one the SDK knows (an unknown one raises) and lands where intended."""
+    from docker.models.containers import _create_container_args
+
+    request = _create_container_args(dict(config_for("cuda:1", tmp_path), version="1.45"))
+    host = request["host_config"]
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True and host["Init"] is True
+    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert host["PidsLimit"] == 256 and host["Memory"] == host["MemorySwap"] == 8 << 30
+    assert host["Binds"] == [f"{tmp_path}:{tmp_path}:rw"] and list(host["Tmpfs"]) == ["/tmp"]
+    assert [r["DeviceIDs"] for r in host["DeviceRequests"]] == [["1"]]
+    assert request["user"] == "1234:1234" and request["stdin_open"] is True
+
+
 def test_a_cuda_worker_gets_only_its_gpu(tmp_path):
     requests = config_for("cuda:2", tmp_path)["device_requests"]
     assert len(requests) == 1
