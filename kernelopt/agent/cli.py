@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelopt.agent.cli_doctor import add_doctor_command
 
     add_doctor_command(commands)
+    from kernelopt.agent.cli_bench import add_bench_command
+
+    add_bench_command(commands)
     return parser
 
 
@@ -190,4 +193,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m kernelopt.agent.cli`: use the module the subcommands import (their
+    # UsageError must be the one caught here), not this copy named __main__.
+    from kernelopt.agent.cli import main as package_main
+
+    sys.exit(package_main())

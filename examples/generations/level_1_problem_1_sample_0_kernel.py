@@ -1,0 +1,1 @@
+../candidates/1_ReLU/relu_clamp.py

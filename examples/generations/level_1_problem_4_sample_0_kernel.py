@@ -1,0 +1,1 @@
+../candidates/4_RedundantSoftmax/drop_dead_work.py

@@ -1,0 +1,1 @@
+../candidates/4_RedundantSoftmax/cached_output.py

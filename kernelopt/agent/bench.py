@@ -1,0 +1,174 @@
+"""Rescoring existing generations over a problem set with our referee (`kernelopt bench
+--solutions DIR`), resumable, and KernelBench's metrics per level.
+
+Solutions are found by KernelBench's file names, `level_{L}_problem_{id}_sample_{s}_kernel.py`,
+anywhere under DIR. Each verdict is appended to OUT/results.jsonl as soon as it is reached (one
+JSON object a line, flushed), so a killed run loses at most the evaluation in flight; a rerun
+with the same OUT skips every (level, problem, sample, code hash) already judged. A problem's
+outcome is its best correct sample; problems of the set without any solution count as failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelopt.kernelbench import ProblemError, ProblemSet
+from kernelopt.kernelbench.metrics import ProblemOutcome, summarize
+from kernelopt.sandbox import EvalOptions, Evaluator
+
+SOLUTION_NAME = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
+
+
+@dataclass(frozen=True)
+class Solution:
+    level: int
+    problem_id: int
+    sample: int
+    path: Path
+    code: str
+
+    @property
+    def key(self) -> str:
+        digest = hashlib.sha256(self.code.encode("utf-8")).hexdigest()[:16]
+        return f"{self.level}/{self.problem_id}/{self.sample}/{digest}"
+
+
+def find_solutions(folder: Path) -> list[Solution]:
+    """Every KernelBench-named solution file under `folder`, by level, problem and sample."""
+    found = []
+    for path in folder.rglob("*.py"):
+        match = SOLUTION_NAME.match(path.name)
+        if match:
+            level, problem_id, sample = map(int, match.groups())
+            found.append(Solution(level, problem_id, sample, path, path.read_text(encoding="utf-8", errors="replace")))
+    return sorted(found, key=lambda s: (s.level, s.problem_id, s.sample, str(s.path)))
+
+
+class ResultLog:
+    """OUT/results.jsonl: one verdict a line, appended and flushed as each is reached."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records: dict[str, dict] = {}
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            if text and not text.endswith("\n"):
+                # A line torn by a kill: cut it off, so that the next record starts a line of
+                # its own; that solution is judged again.
+                text = text[:text.rfind("\n") + 1]
+                path.write_text(text, encoding="utf-8")
+            for line in text.splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a damaged line: that solution is judged again
+                self.records[record["key"]] = record
+
+    def add(self, record: dict) -> None:
+        self.records[record["key"]] = record
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+@dataclass
+class Progress:
+    total: int
+    report: Callable[[str], None]
+    done: int = 0
+    judged_seconds: float = 0.0
+    judged: int = 0
+
+    def step(self, solution: Solution, record: dict, seconds: float | None) -> None:
+        self.done += 1
+        if seconds is not None:
+            self.judged += 1
+            self.judged_seconds += seconds
+        remaining = (self.total - self.done) * (self.judged_seconds / self.judged) if self.judged else 0.0
+        speedup = f" {record['speedup']:.2f}x" if record.get("speedup") else ""
+        reused = " (from an earlier run)" if seconds is None else ""
+        self.report(f"[{self.done}/{self.total}] level {solution.level} problem {solution.problem_id} sample "
+                    f"{solution.sample}: {record['status']}{speedup}{reused}  ETA {_duration(remaining)}")
+
+
+def rescore(problem_set: ProblemSet, solutions: list[Solution], options: EvalOptions, out: Path, jobs: int,
+            report: Callable[[str], None]) -> dict:
+    """Judge every solution of the set's problems (skipping those already in OUT/results.jsonl),
+    then summarize per level. Solutions for problems outside the set are counted, not judged."""
+    out.mkdir(parents=True, exist_ok=True)
+    log = ResultLog(out / "results.jsonl")
+    by_problem = {(p.level, p.problem_id): p for p in problem_set}
+    wanted = [s for s in solutions if (s.level, s.problem_id) in by_problem]
+    progress = Progress(len(wanted), report)
+    for key, problem in by_problem.items():
+        mine = [s for s in wanted if (s.level, s.problem_id) == key]
+        for solution in [s for s in mine if s.key in log.records]:
+            progress.step(solution, log.records[solution.key], None)
+        pending = [s for s in mine if s.key not in log.records]
+        if pending:
+            _judge_problem(problem, pending, options, jobs, log, progress)
+    summary = summarize_results(problem_set, log.records.values())
+    summary.update(n_solutions=len(wanted), n_outside_set=len(solutions) - len(wanted),
+                   results=str(log.path))
+    return summary
+
+
+def _judge_problem(problem, pending: list[Solution], options: EvalOptions, jobs: int, log: ResultLog,
+                   progress: Progress) -> None:
+    started = time.monotonic()
+    try:
+        with Evaluator(problem, options, jobs=jobs, keep_spare=False) as evaluator:
+            for index, result in evaluator.evaluate_many([s.code for s in pending]):
+                record = _record(pending[index], status=result.status, speedup=result.speedup,
+                                 message=result.message, kinds=result.optimization_kinds, flags=result.flags)
+                log.add(record)
+                progress.step(pending[index], record, time.monotonic() - started)
+                started = time.monotonic()
+    except ProblemError as exc:  # the reference is broken: no sample of it can be judged
+        for solution in pending:
+            if solution.key not in log.records:
+                record = _record(solution, status="problem_error", message=str(exc))
+                log.add(record)
+                progress.step(solution, record, 0.0)
+
+
+def _record(solution: Solution, status: str, speedup: float | None = None, message: str = "",
+            kinds: list | None = None, flags: list | None = None) -> dict:
+    return {"key": solution.key, "level": solution.level, "problem_id": solution.problem_id,
+            "sample": solution.sample, "file": str(solution.path), "status": status,
+            "correct": status == "correct", "speedup": speedup, "message": message[:2000],
+            "optimization_kinds": kinds or [], "flags": flags or []}
+
+
+def summarize_results(problem_set: ProblemSet, records) -> dict:
+    """KernelBench metrics per level over the set's problems, from each problem's best sample."""
+    best: dict[tuple, ProblemOutcome] = {}
+    for record in records:
+        key = (record["level"], record["problem_id"])
+        outcome = ProblemOutcome(record["correct"], record.get("speedup"))
+        current = best.get(key)
+        if current is None or _better(outcome, current):
+            best[key] = outcome
+    levels = {}
+    for level in problem_set.levels():
+        keys = [(p.level, p.problem_id) for p in problem_set if p.level == level]
+        levels[str(level)] = summarize(keys, {k: best[k] for k in keys if k in best})
+    all_keys = [(p.level, p.problem_id) for p in problem_set]
+    return {"levels": levels, "overall": summarize(all_keys, {k: best[k] for k in all_keys if k in best})}
+
+
+def _better(a: ProblemOutcome, b: ProblemOutcome) -> bool:
+    if a.correct != b.correct:
+        return a.correct
+    return (a.speedup or 0.0) > (b.speedup or 0.0)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
