@@ -70,6 +70,11 @@ def test_generations_are_scored_per_level_with_missing_problems_as_failures(prob
     assert summary["overall"]["n_problems"] == 3 and summary["overall"]["fast_0"] == pytest.approx(2 / 3)
     assert summary["n_solutions"] == 3 and summary["n_outside_set"] == 1
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in records if r.get("kind") == "health") == ["health/1/1", "health/1/4"]
+    records = [r for r in records if r.get("kind") != "health"]
+    # A row softmax over 2048 columns averages 1/2048: every element is inside atol=1e-2, so an
+    # all-zeros answer would pass allclose. Flagged (the referee's relative-L2 bound still holds).
+    assert summary["health"] == {"1/4": ["below_tolerance"]}
     assert sorted((r["problem_id"], r["sample"], r["status"]) for r in records) == [
         (1, 0, "correct"), (1, 1, "incorrect"), (4, 0, "correct")]
     assert "[3/3]" in done.stderr and "ETA" in done.stderr
@@ -90,8 +95,9 @@ def test_a_killed_bench_resumes_without_judging_anything_twice(problem_set, solu
         handle.write('{"key": "torn')  # a line cut short by the kill
     done = bench(problem_set, solutions, out)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("from an earlier run") == len(first)
+    assert done.stderr.count("from an earlier run") == len([r for r in first if r.get("kind") != "health"])
     keys = [json.loads(line)["key"] for line in results.read_text().splitlines() if line.endswith("}")]
+    keys = [k for k in keys if not k.startswith("health/")]
     assert len(keys) == len(set(keys)) == 3, "every solution judged exactly once across both runs"
     assert json.loads(done.stdout)["levels"]["1"]["fast_0"] == 1.0
 
@@ -105,3 +111,20 @@ def test_bad_inputs_are_usage_errors(problem_set, tmp_path):
     assert done.returncode == 2 and "not a folder of problems" in done.stderr
     done = bench(problem_set, empty, tmp_path / "out", "--problems", "3-1")
     assert done.returncode == 2 and "backwards" in done.stderr
+
+
+def test_an_unhealthy_reference_is_flagged_in_the_summary(tmp_path):
+    level1 = tmp_path / "set" / "level1"
+    level1.mkdir(parents=True)
+    reference = (EXAMPLES / "level1" / "3_TinyScale.py").read_text()
+    (level1 / "3_TinyScale.py").write_text(reference)
+    generations = tmp_path / "gen"
+    generations.mkdir()
+    (generations / "level_1_problem_3_sample_0_kernel.py").write_text(
+        reference.replace("class Model(", "class ModelNew("))
+    done = bench(tmp_path / "set", generations, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["health"] == {"1/3": ["below_tolerance"]}
+    assert summary["levels"]["1"]["fast_0"] == 1.0, "the flag is the problem's, not the candidate's"
+    assert "reference flagged: below_tolerance" in done.stderr

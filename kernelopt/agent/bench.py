@@ -6,6 +6,8 @@ anywhere under DIR. Each verdict is appended to OUT/results.jsonl as soon as it 
 JSON object a line, flushed), so a killed run loses at most the evaluation in flight; a rerun
 with the same OUT skips every (level, problem, sample, code hash) already judged. A problem's
 outcome is its best correct sample; problems of the set without any solution count as failures.
+Before its samples, each problem's reference is checked for health (kernelopt/sandbox/health.py):
+flags are reported per problem in the summary's `health`, never charged to a candidate.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from kernelopt.kernelbench import ProblemError, ProblemSet
 from kernelopt.kernelbench.metrics import ProblemOutcome, summarize
 from kernelopt.sandbox import EvalOptions, Evaluator
+from kernelopt.sandbox.health import check_health
 
 SOLUTION_NAME = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
 
@@ -123,6 +126,8 @@ def _judge_problem(problem, pending: list[Solution], options: EvalOptions, jobs:
     started = time.monotonic()
     try:
         with Evaluator(problem, options, jobs=jobs, keep_spare=False) as evaluator:
+            _check_health_once(evaluator, problem, options, log, progress.report)
+            started = time.monotonic()
             for index, result in evaluator.evaluate_many([s.code for s in pending]):
                 record = _record(pending[index], status=result.status, speedup=result.speedup,
                                  message=result.message, kinds=result.optimization_kinds, flags=result.flags)
@@ -137,6 +142,19 @@ def _judge_problem(problem, pending: list[Solution], options: EvalOptions, jobs:
                 progress.step(solution, record, 0.0)
 
 
+def _check_health_once(evaluator, problem, options: EvalOptions, log: ResultLog, report) -> None:
+    """Flag a reference no candidate can be judged fairly against (kept in the log, so a resumed
+    run does not probe again)."""
+    key = f"health/{problem.level}/{problem.problem_id}"
+    if key in log.records:
+        return
+    health = check_health(evaluator, options)
+    log.add({"key": key, "kind": "health", "level": problem.level, "problem_id": problem.problem_id,
+             **health.as_dict()})
+    if not health.healthy:
+        report(f"level {problem.level} problem {problem.problem_id}: reference flagged: " + "; ".join(health.details))
+
+
 def _record(solution: Solution, status: str, speedup: float | None = None, message: str = "",
             kinds: list | None = None, flags: list | None = None) -> dict:
     return {"key": solution.key, "level": solution.level, "problem_id": solution.problem_id,
@@ -148,8 +166,13 @@ def _record(solution: Solution, status: str, speedup: float | None = None, messa
 def summarize_results(problem_set: ProblemSet, records) -> dict:
     """KernelBench metrics per level over the set's problems, from each problem's best sample."""
     best: dict[tuple, ProblemOutcome] = {}
+    health = {}
     for record in records:
         key = (record["level"], record["problem_id"])
+        if record.get("kind") == "health":
+            if record["flags"]:
+                health[f"{record['level']}/{record['problem_id']}"] = record["flags"]
+            continue
         outcome = ProblemOutcome(record["correct"], record.get("speedup"))
         current = best.get(key)
         if current is None or _better(outcome, current):
@@ -159,7 +182,8 @@ def summarize_results(problem_set: ProblemSet, records) -> dict:
         keys = [(p.level, p.problem_id) for p in problem_set if p.level == level]
         levels[str(level)] = summarize(keys, {k: best[k] for k in keys if k in best})
     all_keys = [(p.level, p.problem_id) for p in problem_set]
-    return {"levels": levels, "overall": summarize(all_keys, {k: best[k] for k in all_keys if k in best})}
+    return {"levels": levels, "overall": summarize(all_keys, {k: best[k] for k in all_keys if k in best}),
+            "health": health}
 
 
 def _better(a: ProblemOutcome, b: ProblemOutcome) -> bool:

@@ -78,6 +78,8 @@ def render(summary: dict) -> str:
         fast = "  ".join(f"{m[k]:.2f}".rjust(len(k)) for k in ("fast_0", "fast_0.5", "fast_0.8", "fast_1",
                                                                  "fast_1.5", "fast_2"))
         lines.append(f"{level:<5}  {m['n_problems']:>8}  {fast}  {speed}")
+    for problem, flags in summary["health"].items():
+        lines.append(f"reference of level/problem {problem} flagged: {', '.join(flags)} (see docs/bench.md)")
     lines.append(f"{summary['n_solutions']} solutions judged ({summary['n_outside_set']} for problems outside "
                  f"the set); every verdict: {summary['results']}")
     return "\n".join(lines)

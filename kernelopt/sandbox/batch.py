@@ -139,6 +139,30 @@ class Evaluator:
 
     # -- judging ----------------------------------------------------------------------------
 
+    def probe_reference(self, seeds: list[int]) -> list[dict]:
+        """Load the reference afresh and run it once per seed, in order, in one request (the
+        calls share one process and RNG stream, as a program's calls do); its raw call records
+        (fingerprints, shapes, times). For problem health checks. Raises ProblemError when the
+        reference fails."""
+        from kernelopt.kernelbench import ProblemError
+        from kernelopt.sandbox.referee import INIT_SEED
+
+        self.start()
+        worker = self._reference.ready()
+        deadline = time.monotonic() + self.options.timeout
+        load = {"cmd": "load", "device": isolation.device_inside(self.backend, self.device), "init_seed": INIT_SEED,
+                "fingerprint_seed": self._seeds.fingerprint_seed, "host_builds": False,
+                "problem_path": str(worker.scratch / "problem.py")}
+        try:
+            for message in (load, {"cmd": "run", "seeds": seeds}):
+                reply, _ = worker.request(message, deadline)
+                if not reply.get("ok"):
+                    raise ProblemError(self.problem.path, f"the reference failed: {reply.get('error', reply)}")
+        except (WorkerDied, WorkerTimeout) as exc:
+            self._reference.discard()
+            raise ProblemError(self.problem.path, f"the reference worker failed: {exc}") from None
+        return reply["calls"]
+
     def evaluate(self, source: str) -> EvalResult:
         """Judge one candidate (the source of a file defining ModelNew)."""
         for _, result in self.evaluate_many([source], jobs=1):
