@@ -128,3 +128,25 @@ def test_an_unhealthy_reference_is_flagged_in_the_summary(tmp_path):
     assert summary["health"] == {"1/3": ["below_tolerance"]}
     assert summary["levels"]["1"]["fast_0"] == 1.0, "the flag is the problem's, not the candidate's"
     assert "reference flagged: below_tolerance" in done.stderr
+
+
+@pytest.mark.slow
+def test_metrics_against_baselines(tmp_path):
+    level1 = tmp_path / "set" / "level1"
+    level1.mkdir(parents=True)
+    shutil.copy(EXAMPLES / "level1" / "1_ReLU.py", level1 / "1_ReLU.py")
+    generations = tmp_path / "gen"
+    generations.mkdir()
+    shutil.copy(EXAMPLES / "candidates/1_ReLU/relu_clamp.py", generations / "level_1_problem_1_sample_0_kernel.py")
+    done = bench(tmp_path / "set", generations, tmp_path / "out", "--baselines", "eager,compile",
+                 "--baseline-store", str(tmp_path / "baselines.json"))
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    against = summary["vs_baselines"]
+    assert against["eager"]["overall"] == summary["overall"], "eager is the reference: the same numbers"
+    stored = json.loads((tmp_path / "baselines.json").read_text())
+    record = next(iter(stored.values()))["compile"]
+    assert record["status"] == "correct", record
+    compile_speedup = record["speedup_vs_eager"]
+    expected = summary["overall"]["geomean_speedup"] / compile_speedup
+    assert against["compile"]["overall"]["geomean_speedup"] == pytest.approx(expected)

@@ -100,7 +100,7 @@ class Progress:
 
 
 def rescore(problem_set: ProblemSet, solutions: list[Solution], options: EvalOptions, out: Path, jobs: int,
-            report: Callable[[str], None]) -> dict:
+            report: Callable[[str], None], baselines: list[str] | None = None, store=None) -> dict:
     """Judge every solution of the set's problems (skipping those already in OUT/results.jsonl),
     then summarize per level. Solutions for problems outside the set are counted, not judged."""
     out.mkdir(parents=True, exist_ok=True)
@@ -116,6 +116,9 @@ def rescore(problem_set: ProblemSet, solutions: list[Solution], options: EvalOpt
         if pending:
             _judge_problem(problem, pending, options, jobs, log, progress)
     summary = summarize_results(problem_set, log.records.values())
+    if baselines:
+        summary["vs_baselines"] = against_baselines(problem_set, log.records.values(), baselines, options, store,
+                                                    report)
     summary.update(n_solutions=len(wanted), n_outside_set=len(solutions) - len(wanted),
                    results=str(log.path))
     return summary
@@ -165,6 +168,45 @@ def _record(solution: Solution, status: str, speedup: float | None = None, messa
 
 def summarize_results(problem_set: ProblemSet, records) -> dict:
     """KernelBench metrics per level over the set's problems, from each problem's best sample."""
+    best, health = _best_outcomes(records)
+    summary = _per_level(problem_set, best)
+    summary["health"] = health
+    return summary
+
+
+def against_baselines(problem_set: ProblemSet, records, names: list[str], options: EvalOptions, store,
+                      report) -> dict:
+    """The same metrics with each correct speedup divided by the baseline's speedup over eager
+    (a baseline that is not correct itself counts as eager). Baselines are measured only for
+    problems with a correct solution: the others fail against any baseline."""
+    from kernelopt.agent.baselines import measure_baselines
+
+    best, _ = _best_outcomes(records)
+    measured = {}
+    for problem in problem_set:
+        outcome = best.get((problem.level, problem.problem_id))
+        if outcome and outcome.correct:
+            key = (problem.level, problem.problem_id)
+            try:
+                measured[key] = measure_baselines(problem, names, options, options.device, store, report)
+            except ProblemError as exc:  # cannot happen for a reference that judged a sample; be safe
+                report(f"level {problem.level} problem {problem.problem_id}: no baselines: {exc}")
+                measured[key] = {name: {"status": "problem_error", "speedup_vs_eager": None} for name in names}
+    result = {}
+    for name in names:
+        relative = {}
+        for key, outcome in best.items():
+            if outcome.correct and outcome.speedup:
+                base = measured[key][name]
+                factor = base["speedup_vs_eager"] if base["status"] == "correct" and base["speedup_vs_eager"] else 1.0
+                relative[key] = ProblemOutcome(True, outcome.speedup / factor)
+            else:
+                relative[key] = outcome
+        result[name] = _per_level(problem_set, relative)
+    return result
+
+
+def _best_outcomes(records) -> tuple[dict, dict]:
     best: dict[tuple, ProblemOutcome] = {}
     health = {}
     for record in records:
@@ -177,13 +219,16 @@ def summarize_results(problem_set: ProblemSet, records) -> dict:
         current = best.get(key)
         if current is None or _better(outcome, current):
             best[key] = outcome
+    return best, health
+
+
+def _per_level(problem_set: ProblemSet, best: dict) -> dict:
     levels = {}
     for level in problem_set.levels():
         keys = [(p.level, p.problem_id) for p in problem_set if p.level == level]
         levels[str(level)] = summarize(keys, {k: best[k] for k in keys if k in best})
     all_keys = [(p.level, p.problem_id) for p in problem_set]
-    return {"levels": levels, "overall": summarize(all_keys, {k: best[k] for k in all_keys if k in best}),
-            "health": health}
+    return {"levels": levels, "overall": summarize(all_keys, {k: best[k] for k in all_keys if k in best})}
 
 
 def _better(a: ProblemOutcome, b: ProblemOutcome) -> bool:

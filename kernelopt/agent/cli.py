@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelopt.agent.cli_bench import add_bench_command
 
     add_bench_command(commands)
+    from kernelopt.agent.cli_baselines import add_baselines_command
+
+    add_baselines_command(commands)
     return parser
 
 
