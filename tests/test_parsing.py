@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kernelopt.agent.parsing import ExtractedCode, FormatError, extract_code
+from kernelopt.kernelbench.completion import ExtractedCode, FormatError, extract_code
 
 PROGRAM = '''import torch
 import torch.nn as nn

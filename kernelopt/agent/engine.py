@@ -23,7 +23,7 @@ from typing import Callable
 
 from kernelopt.agent.budget import Budget
 from kernelopt.agent.llm import LLMCallError, LLMClient, LLMConfigError, LLMSettings, request_key
-from kernelopt.agent.parsing import FormatError, extract_code
+from kernelopt.kernelbench.completion import FormatError, extract_code
 from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, short_error
 from kernelopt.agent.store import CallRecord, RunStore
 from kernelopt.kernelbench import Problem, ProblemError

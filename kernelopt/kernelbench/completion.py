@@ -1,4 +1,5 @@
-"""Pull the candidate program out of a raw LLM answer.
+"""Pull the candidate program out of a raw LLM answer (used by the search loop and the reward
+service, hence here below both).
 
 Real answers wrap the program in reasoning (<think> sections), prose and several Markdown code
 blocks (a CUDA snippet, a first draft, the corrected version). `extract_code` returns the block
