@@ -1,0 +1,201 @@
+"""Reward functions: a referee verdict in, one number out. Pure, no I/O.
+
+A reward is chosen by a spec string, `name` or `name:param=value,param=value` (for example
+`cuda_l1:k=3` or `speedup:cap=10,incorrect=-0.5`), so that a run, an export and the reward
+service can all name the same function in their settings. The formulas, with s the referee's
+speedup (reference time / candidate time) of a correct candidate:
+
+- `binary`:      1 when correct.
+- `speedup`:     min(s, cap) + bonus.
+- `log_speedup`: clip(ln s, -clip, +clip). Failures default to -clip, so that no correct
+                 candidate, however slow, is worth less than a broken one.
+- `cuda_l1`:     s rounded toward 1 in steps of `step` (1.04 -> 1.0 and 0.97 -> 1.0 with the
+                 default 0.05: a gain inside the timing noise earns nothing), then, over a group
+                 of outcomes for one prompt (`RewardFunction.group`), normalized to zero mean and
+                 unit deviation and clipped to +-k, in the style of CUDA-L1.
+
+Every reward also takes the shaping parameters, the reward of each way of failing: `format`
+(no program in the answer), `compile`, `runtime` (a crash or a timeout), `incorrect` and
+`rejected` (the referee caught a forbidden behaviour; by default no better than the worst other
+failure). Multi-turn returns are computed from per-turn rewards by `discounted_returns` (Kevin's
+discounted sum) and `max_reward_returns` (the best reward still reachable, as in MaxCode).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+FAILURE_STATUSES = {
+    "format_error": "format",
+    "compile_error": "compile",
+    "runtime_error": "runtime",
+    "timeout": "runtime",
+    "incorrect": "incorrect",
+    "rejected": "rejected",
+}
+SHAPING = ("format", "compile", "runtime", "incorrect", "rejected")
+
+
+class RewardError(ValueError):
+    """A reward spec that names no reward, or a parameter the reward does not have."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reward sees of a verdict: the status and, when correct, the speedup."""
+
+    status: str
+    speedup: float | None = None
+    flags: tuple[str, ...] = ()
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+    @classmethod
+    def from_result(cls, result) -> Outcome:
+        """From an EvalResult, its JSON dict, or any mapping with "status" (and "speedup", "flags")."""
+        data = result if isinstance(result, Mapping) else result.model_dump()
+        status = data.get("status")
+        if status != "correct" and status not in FAILURE_STATUSES:
+            raise RewardError(f"unknown verdict status {status!r}: expected correct or one of "
+                              f"{', '.join(sorted(FAILURE_STATUSES))}")
+        speedup = data.get("speedup")
+        return cls(status, float(speedup) if speedup is not None else None, tuple(data.get("flags") or ()))
+
+    @classmethod
+    def format_error(cls) -> Outcome:
+        return cls("format_error")
+
+
+@dataclass(frozen=True)
+class RewardFunction:
+    name: str
+    params: dict = field(hash=False)
+    _score: Callable[[float, dict], float] = field(repr=False, compare=False)
+    _group: Callable[[list[float], dict], list[float]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def spec(self) -> str:
+        """The canonical spec: every parameter, defaults included, so the spec alone reproduces it."""
+        return self.name + ":" + ",".join(f"{k}={_number(v)}" for k, v in sorted(self.params.items()))
+
+    def __call__(self, outcome: Outcome) -> float:
+        """The reward of one outcome on its own."""
+        if outcome.correct:
+            if outcome.speedup is None or not outcome.speedup > 0:
+                raise RewardError("a correct outcome needs a positive speedup")
+            return float(self._score(outcome.speedup, self.params))
+        return float(self.params[FAILURE_STATUSES[outcome.status]])
+
+    def group(self, outcomes: Sequence[Outcome]) -> list[float]:
+        """The rewards of a group of outcomes for one prompt (for cuda_l1: normalized within the
+        group; for the others the same as one at a time)."""
+        rewards = [self(o) for o in outcomes]
+        return self._group(rewards, self.params) if self._group else rewards
+
+
+def _binary(speedup: float, params: dict) -> float:
+    return 1.0
+
+
+def _speedup(speedup: float, params: dict) -> float:
+    return min(speedup, params["cap"]) + params["bonus"]
+
+
+def _log_speedup(speedup: float, params: dict) -> float:
+    clip = params["clip"]
+    return max(-clip, min(clip, math.log(speedup)))
+
+
+def _toward_one(speedup: float, params: dict) -> float:
+    step = params["step"]
+    if step <= 0:
+        return speedup
+    steps = math.trunc((speedup - 1.0) / step + 1e-9 * math.copysign(1, speedup - 1.0))
+    return round(1.0 + steps * step, 12)
+
+
+def _normalize_clip(rewards: list[float], params: dict) -> list[float]:
+    """Zero mean, unit (population) deviation within the group, clipped to +-k. A group whose
+    rewards are all equal carries no signal: every member gets 0."""
+    if len(rewards) < 2:
+        return [0.0 for _ in rewards]
+    mean, deviation = statistics.fmean(rewards), statistics.pstdev(rewards)
+    if deviation == 0:
+        return [0.0 for _ in rewards]
+    k = params["k"]
+    return [max(-k, min(k, (r - mean) / deviation)) for r in rewards]
+
+
+_FAILURES_ZERO = dict.fromkeys(SHAPING, 0.0)
+
+# name -> (score of a correct outcome, its own parameters and defaults, failure defaults, group step)
+_REWARDS: dict[str, tuple] = {
+    "binary": (_binary, {}, _FAILURES_ZERO, None),
+    "speedup": (_speedup, {"cap": math.inf, "bonus": 0.0}, _FAILURES_ZERO, None),
+    "log_speedup": (_log_speedup, {"clip": 3.0}, None, None),   # failures default to -clip
+    "cuda_l1": (_toward_one, {"step": 0.05, "k": 3.0}, _FAILURES_ZERO, _normalize_clip),
+}
+
+
+def reward_names() -> list[str]:
+    return list(_REWARDS)
+
+
+def make_reward(spec: str = "speedup") -> RewardFunction:
+    """The reward a spec names, e.g. "speedup", "cuda_l1:k=3", "log_speedup:clip=2,format=-5"."""
+    name, _, text = spec.strip().partition(":")
+    if name not in _REWARDS:
+        raise RewardError(f"unknown reward {name!r}: choose one of {', '.join(_REWARDS)} (see docs/rewards.md)")
+    score, own, failures, group = _REWARDS[name]
+    given = _parse_params(name, text, allowed=[*own, *SHAPING])
+    params = {**own, **{k: v for k, v in given.items() if k in own}}
+    if failures is None:  # log_speedup: the floor follows the clip actually chosen
+        failures = dict.fromkeys(SHAPING, -params["clip"])
+    params.update(failures)
+    params.update({k: v for k, v in given.items() if k in SHAPING})
+    if "rejected" not in given:  # a caught hack is never worth more than an honest failure
+        params["rejected"] = min(params[k] for k in SHAPING)
+    return RewardFunction(name, params, score, group)
+
+
+def _parse_params(name: str, text: str, allowed: list[str]) -> dict:
+    params = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        if not equals or key not in allowed:
+            raise RewardError(f"reward {name}: bad parameter {item!r}; its parameters are {', '.join(allowed)} "
+                              f"(written name:param=value,param=value)")
+        try:
+            params[key] = float(value)
+        except ValueError:
+            raise RewardError(f"reward {name}: parameter {key} must be a number, not {value.strip()!r}") from None
+    return params
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """G_t = r_t + gamma * G_{t+1}: each turn is credited with the (discounted) rewards of the
+    refinements it led to, as in Kevin's multi-turn training."""
+    returns, following = [], 0.0
+    for reward in reversed(rewards):
+        following = reward + gamma * following
+        returns.append(following)
+    return returns[::-1]
+
+
+def max_reward_returns(rewards: Sequence[float], gamma: float = 1.0) -> list[float]:
+    """G_t = max(r_t, gamma * G_{t+1}): a turn is worth the best reward reachable from it, since a
+    search keeps its best candidate (the max-reward objective of MaxCode)."""
+    returns: list[float] = []
+    for reward in reversed(rewards):
+        returns.append(max(float(reward), gamma * returns[-1]) if returns else float(reward))
+    return returns[::-1]
+
+
+def _number(value: float) -> str:
+    return "inf" if value == math.inf else f"{value:g}"

@@ -1,0 +1,114 @@
+"""Reward functions against their formulas (docs/rewards.md), specs, shaping and returns."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kernelopt.rewards import (Outcome, RewardError, discounted_returns, make_reward, max_reward_returns,
+                               reward_names)
+from kernelopt.sandbox.results import EvalResult
+
+FAILURES = ["format_error", "compile_error", "runtime_error", "timeout", "incorrect", "rejected"]
+
+
+def correct(speedup: float) -> Outcome:
+    return Outcome("correct", speedup)
+
+
+def test_binary_is_one_for_correct_and_zero_for_every_failure():
+    binary = make_reward("binary")
+    assert binary(correct(0.3)) == binary(correct(7.0)) == 1.0
+    assert [binary(Outcome(s)) for s in FAILURES] == [0.0] * len(FAILURES)
+
+
+def test_speedup_with_cap_and_bonus():
+    assert make_reward("speedup")(correct(2.5)) == 2.5
+    capped = make_reward("speedup:cap=4,bonus=0.3")
+    assert capped(correct(2.5)) == pytest.approx(2.8)
+    assert capped(correct(40.0)) == pytest.approx(4.3)
+    assert capped(Outcome("incorrect")) == 0.0
+
+
+def test_log_speedup_is_clipped_and_failures_sit_at_the_floor():
+    log = make_reward("log_speedup")
+    assert log(correct(2.0)) == pytest.approx(math.log(2.0))
+    assert log(correct(0.5)) == pytest.approx(-math.log(2.0))
+    assert log(correct(1e6)) == 3.0 and log(correct(1e-6)) == -3.0
+    assert {log(Outcome(s)) for s in FAILURES} == {-3.0}
+    # the floor follows the clip chosen; a shaping value given explicitly wins
+    tight = make_reward("log_speedup:clip=1,format=-5")
+    assert tight(Outcome("compile_error")) == -1.0 and tight(Outcome("format_error")) == -5.0
+
+
+@pytest.mark.parametrize("speedup, rounded", [(1.04, 1.0), (1.05, 1.05), (1.07, 1.05), (0.97, 1.0),
+                                              (0.93, 0.95), (0.95, 0.95), (2.0, 2.0), (1.0, 1.0)])
+def test_cuda_l1_rounds_speedup_toward_one(speedup, rounded):
+    assert make_reward("cuda_l1")(correct(speedup)) == pytest.approx(rounded)
+
+
+def test_cuda_l1_group_is_normalized_and_clipped():
+    reward = make_reward("cuda_l1:k=1")
+    outcomes = [correct(3.0), Outcome("incorrect"), correct(1.0), Outcome("compile_error")]
+    raw = [3.0, 0.0, 1.0, 0.0]
+    mean = sum(raw) / 4
+    deviation = math.sqrt(sum((r - mean) ** 2 for r in raw) / 4)
+    expected = [max(-1.0, min(1.0, (r - mean) / deviation)) for r in raw]
+    assert reward.group(outcomes) == pytest.approx(expected)
+    assert max(reward.group(outcomes)) == 1.0  # (3 - 1) / 1.22 = 1.63, clipped
+    assert reward.group([correct(2.0), correct(2.0)]) == [0.0, 0.0]  # no signal in a tie
+    # rewards without a group step are the same in a group as alone
+    speedup = make_reward("speedup")
+    assert speedup.group(outcomes) == [speedup(o) for o in outcomes]
+
+
+def test_shaping_orders_failures_and_a_caught_hack_is_never_worth_more():
+    shaped = make_reward("speedup:format=-1,compile=-0.5,runtime=-0.3,incorrect=-0.1")
+    values = [shaped(Outcome(s)) for s in ("format_error", "compile_error", "runtime_error", "incorrect")]
+    assert values == [-1.0, -0.5, -0.3, -0.1]
+    assert shaped(Outcome("timeout")) == -0.3
+    assert shaped(Outcome("rejected")) == -1.0  # defaults to the worst failure
+    assert make_reward("speedup:rejected=-9")(Outcome("rejected")) == -9.0
+
+
+def test_spec_is_canonical_and_reproduces_the_function():
+    reward = make_reward(" cuda_l1:k=2 ")
+    assert reward.spec.startswith("cuda_l1:") and "k=2" in reward.spec and "step=0.05" in reward.spec
+    again = make_reward(reward.spec)
+    assert again.params == reward.params
+    assert make_reward(make_reward("speedup").spec).params["cap"] == math.inf
+    assert set(reward_names()) == {"binary", "speedup", "log_speedup", "cuda_l1"}
+
+
+@pytest.mark.parametrize("spec, words", [("nope", "unknown reward 'nope'"), ("speedup:k=3", "bad parameter 'k=3'"),
+                                         ("speedup:cap", "bad parameter 'cap'"),
+                                         ("cuda_l1:k=big", "must be a number")])
+def test_bad_specs_say_what_is_wrong(spec, words):
+    with pytest.raises(RewardError, match=words):
+        make_reward(spec)
+
+
+def test_outcome_from_a_real_verdict_and_from_its_json():
+    result = EvalResult(status="correct", correct=True, speedup=1.5, flags=["reduced_precision"])
+    for source in (result, result.model_dump(), {"status": "correct", "speedup": 1.5, "flags": ["reduced_precision"]}):
+        outcome = Outcome.from_result(source)
+        assert outcome == Outcome("correct", 1.5, ("reduced_precision",))
+    assert Outcome.from_result({"status": "timeout"}).status == "timeout"
+    with pytest.raises(RewardError, match="unknown verdict status"):
+        Outcome.from_result({"status": "great"})
+    with pytest.raises(RewardError, match="positive speedup"):
+        make_reward("speedup")(Outcome("correct", None))
+
+
+def test_discounted_returns():
+    assert discounted_returns([1.0, 0.0, 2.0], 0.5) == pytest.approx([1.0 + 0.5 * (0.0 + 0.5 * 2.0), 1.0, 2.0])
+    assert discounted_returns([1.0, 2.0], 1.0) == [3.0, 2.0]
+    assert discounted_returns([], 0.9) == []
+
+
+def test_max_reward_returns():
+    assert max_reward_returns([0.0, 3.0, 1.0]) == [3.0, 3.0, 1.0]
+    assert max_reward_returns([0.0, 3.0, 1.0], gamma=0.5) == [1.5, 3.0, 1.0]
+    assert max_reward_returns([2.0, 1.0]) == [2.0, 1.0]
+    assert max_reward_returns([]) == []
