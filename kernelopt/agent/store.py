@@ -247,6 +247,17 @@ class RunStore:
             (run_id,))
         return [_candidate_dict(r) for r in rows]
 
+    def candidates_with_calls(self, run_id: str) -> list[dict]:
+        """Each candidate of the run with the request and answer of its LLM call and the full
+        `EvalResult` JSON of its code (`result`, None when not judged): what an export needs."""
+        rows = self._read(
+            "SELECT c.id, c.parent_id, c.code, c.code_hash, c.format_error, c.strategy_data,"
+            " l.request, l.content, l.reasoning, e.result FROM candidates c"
+            " LEFT JOIN llm_calls l ON l.id = c.llm_call_id"
+            " LEFT JOIN evaluations e ON e.run_id = c.run_id AND e.code_hash = c.code_hash"
+            " WHERE c.run_id=? ORDER BY c.id", (run_id,))
+        return [_candidate_dict(r) for r in rows]
+
     def find_evaluation(self, run_id: str, code_hash: str) -> str | None:
         """The stored `EvalResult` JSON for this code in this run, if judged already."""
         rows = self._read("SELECT result FROM evaluations WHERE run_id=? AND code_hash=?", (run_id, code_hash))
