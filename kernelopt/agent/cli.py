@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelopt.agent.cli_baselines import add_baselines_command
 
     add_baselines_command(commands)
+    from kernelopt.agent.cli_generate import add_generate_command
+
+    add_generate_command(commands)
     from kernelopt.agent.cli_export import add_export_command
 
     add_export_command(commands)

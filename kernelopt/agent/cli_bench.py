@@ -1,39 +1,61 @@
-"""`kernelopt bench`: a problem set at once (see kernelopt/agent/bench.py). This version scores
-existing generations (`--solutions DIR`); running the agent over the set comes with the rest of
-the KernelBench issue."""
+"""`kernelopt bench`: a problem set at once, in one of two modes.
+
+- agent (no --solutions): one `kernelopt optimize` run per problem with a per-problem budget
+  (kernelopt/agent/bench_agent.py), every run in the run store;
+- solutions (--solutions DIR): rescoring existing generations (kernelopt/agent/bench.py).
+
+Both are resumable from OUT, continue past failing problems, take `--gpus` (one problem at a
+time per GPU) and end with KernelBench's metrics per level, printed and in OUT/summary.json.
+Exit codes: 0 when every problem has its result; 1 (agent mode) when some run stopped on an
+error (a rerun resumes it); 2 for unusable input or endpoint; 3 when the sandbox cannot run.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 from kernelopt.agent.cli import EXIT_BAD_INPUT, EXIT_OK, EnvironmentFailure, UsageError
+from kernelopt.agent.cli_optimize import (
+    EXIT_RUN_FAILED,
+    add_budget_options,
+    add_endpoint_options,
+    add_eval_options,
+    add_llm_options,
+    add_strategy_options,
+)
 
 
 def add_bench_command(commands) -> None:
     p = commands.add_parser(
-        "bench", help="score generations over a KernelBench problem set (fast_p, geomean, per level)",
-        description="Judge KernelBench-named solutions (level_{L}_problem_{id}_sample_{s}_kernel.py under "
-                    "--solutions) against a problem set with kernelopt's referee, resumably, and report "
-                    "KernelBench's metrics per level. Problems without a correct solution count as failures.")
+        "bench", help="run the agent over a KernelBench problem set, or rescore generations (fast_p, geomean, per level)",
+        description="Run the agent (kernelopt optimize) on every problem of a set with a per-problem budget, "
+                    "or with --solutions judge KernelBench-named solutions (level_{L}_problem_{id}_sample_{s}"
+                    "_kernel.py) with kernelopt's referee; resumably, and report KernelBench's metrics per "
+                    "level. Problems without a correct result count as failures.")
     add_problem_set_options(p)
-    p.add_argument("--solutions", required=True, metavar="DIR",
-                   help="folder of generations to score (searched recursively)")
+    p.add_argument("--solutions", default=None, metavar="DIR",
+                   help="rescore this folder of generations (searched recursively) instead of running the agent")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help="results folder; rerunning with it resumes (default kernelopt-bench/<solutions folder>)")
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    p.add_argument("--jobs", type=int, default=2, help="candidates of one problem in flight (default 2)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation (default 300)")
-    p.add_argument("--timing-budget", type=float, default=10.0, metavar="S", help="seconds of timing at most")
-    p.add_argument("--isolation", "--sandbox", dest="isolation", default="auto",
-                   choices=["auto", "bubblewrap", "unshare", "none", "docker"], help="sandbox backend, as for eval")
-    p.add_argument("--image", default="kernelopt-sandbox", help="the docker backend's image")
+                   help="results folder; rerunning with it resumes (default kernelopt-bench/<solutions folder>, "
+                        "or kernelopt-bench/<set>-<model>-<strategy> for the agent)")
+    add_gpus_option(p)
+    p.add_argument("--jobs", type=int, default=2, help="solutions: candidates of one problem in flight (default 2)")
     p.add_argument("--baselines", default=None, metavar="NAMES",
                    help="also report the metrics against these baselines (comma-separated, e.g. "
                         "eager,compile; see kernelopt baselines), measured or taken from the store")
     p.add_argument("--baseline-store", default=None, metavar="FILE", help="baseline store, as for baselines")
+    p.add_argument("--store", default=None, metavar="PATH",
+                   help="agent: SQLite run store (default: the one OUT was started with, else $KERNELOPT_STORE "
+                        "or kernelopt-runs/store.sqlite)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON summary on stdout")
+    add_endpoint_options(p)
+    add_strategy_options(p)
+    add_budget_options(p, "agent: budget per problem (its search stops at the first one spent)")
+    add_llm_options(p)
+    add_eval_options(p, timeout_flags=("--timeout", "--eval-timeout"))
     p.set_defaults(handler=run_bench)
 
 
@@ -46,32 +68,161 @@ def add_problem_set_options(p) -> None:
     p.add_argument("--problems", default=None, metavar="IDS", help="problem ids, e.g. 1,3,5-9 (default: all)")
 
 
+def add_gpus_option(p) -> None:
+    p.add_argument("--gpus", default=None, metavar="IDS",
+                   help="run problems concurrently, one at a time per GPU: ids like 0,1 or 0-3, or all "
+                        "(default: the single --device)")
+
+
 def problem_set_from(args):
-    """The selected problem set; raises ProblemSetError saying what is wrong."""
+    """The selected problem set (args.kernelbench, args.level, args.problems: the ids); raises
+    ProblemSetError saying what is wrong."""
     from kernelopt.kernelbench import load_problem_set, parse_id_ranges
 
     return load_problem_set(args.kernelbench, levels=parse_id_ranges(args.level) if args.level else None,
                             ids=parse_id_ranges(args.problems) if args.problems else None)
 
 
+def devices_from(args) -> list[str]:
+    """The devices problems run on: each --gpus id as cuda:N, else the one --device."""
+    import torch
+
+    from kernelopt.kernelbench import ProblemSetError, parse_id_ranges
+    from kernelopt.sandbox.referee import resolve_device
+
+    if not args.gpus:
+        return [resolve_device(args.device)]
+    if not torch.cuda.is_available():
+        raise UsageError(f"--gpus needs CUDA, and torch {torch.__version__} sees no GPU here: leave --gpus out "
+                         "to run on one device (--device cpu), or see `kernelopt doctor`")
+    if args.device != "auto":
+        raise UsageError("give --gpus or --device, not both (--gpus runs every problem on a GPU of its list)")
+    count = torch.cuda.device_count()
+    if args.gpus.strip() == "all":
+        return [f"cuda:{index}" for index in range(count)]
+    try:
+        indices = sorted(parse_id_ranges(args.gpus))
+    except ProblemSetError as exc:
+        raise UsageError(f"--gpus {args.gpus!r}: give GPU ids like 0,1 or 0-3, or all") from exc
+    missing = [i for i in indices if i >= count]
+    if missing:
+        raise UsageError(f"--gpus {args.gpus}: no GPU {missing[0]} here ({count} visible: 0-{count - 1})")
+    return [f"cuda:{index}" for index in indices]
+
+
 def run_bench(args) -> int:
+    return run_rescore(args) if args.solutions else run_agent(args)
+
+
+# agent mode ------------------------------------------------------------------------------------
+
+AGENT_ONLY = ("base_url", "budget", "max_tokens_total", "max_cost", "max_evals", "max_wall",
+              "target_speedup", "temperature", "top_p", "max_tokens", "max_completion_tokens",
+              "reasoning_effort", "concurrency", "llm_timeout", "retries", "price", "store", "backend")
+
+
+def run_agent(args) -> int:
+    from kernelopt.agent.bench_agent import bench_agent
+
+    if args.baselines:
+        raise UsageError("--baselines applies to --solutions; for the agent's results run "
+                         "`kernelopt bench --solutions` on them, or `kernelopt baselines`")
+    setup = agent_setup(args, "bench --kernelbench SET", "kernelopt-bench", strategy=args.strategy)
+    if setup is None:
+        return EXIT_BAD_INPUT
+    summary = run_set(bench_agent, *setup)
+    print(json.dumps(summary) if args.json else render(summary))
+    return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK
+
+
+def agent_setup(args, command: str, out_root: str, strategy: str, strategy_options: dict | None = None):
+    """What a pass of the agent over a set needs, checked before any work: (problem set, settings,
+    store, OUT, devices, API key); None when no endpoint is configured (how to configure one was
+    printed). Shared by bench and generate."""
+    from kernelopt.agent.bench_agent import recorded_store
+    from kernelopt.agent.cli_optimize import (
+        checked_client,
+        configured_endpoint,
+        missing_endpoint,
+        new_config,
+        open_store,
+    )
+    from kernelopt.kernelbench import ProblemSetError
+    from kernelopt.sandbox.isolation import IsolationError, select_backend
+
+    base_url = configured_endpoint(args)
+    if base_url is None:
+        missing_endpoint(command)
+        return None
+    try:
+        problem_set = problem_set_from(args)
+        devices = devices_from(args)
+        config = new_config(args, base_url, args.kernelbench, strategy, strategy_options)
+        select_backend(args.isolation or "auto", args.image or "kernelopt-sandbox")
+    except (ProblemSetError, IsolationError) as exc:
+        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
+        raise UsageError(f"invalid option: {exc}") from exc
+    _, api_key = checked_client(config)
+    out = Path(args.out) if args.out else Path(out_root) / default_out_name(args.kernelbench, config)
+    store = open_store(args.store or recorded_store(out))
+    return problem_set, config, store, out, devices, api_key
+
+
+def run_set(driver, problem_set, config, store, out, devices, api_key) -> dict:
+    """bench_agent or generate over the set; their failures as the CLI reports them."""
+    from kernelopt.agent.bench_agent import SetRunError
+    from kernelopt.sandbox.isolation import IsolationError
+    from kernelopt.sandbox.process import SandboxError
+
+    budget = config.limits.get("llm_calls")
+    report(f"{plural(len(problem_set), 'problem')} of {problem_set.source} with {config.model} ({config.strategy}, "
+           f"{budget} LLM calls each) on {', '.join(devices)}; records in {out}, runs in {store.path}")
+    try:
+        return driver(problem_set, config, store, out, devices, api_key, report)
+    except (SetRunError, IsolationError) as exc:
+        raise UsageError(str(exc)) from exc
+    except SandboxError as exc:
+        raise EnvironmentFailure(str(exc)) from exc
+
+
+def default_out_name(set_location: str, config) -> str:
+    name = f"{Path(set_location).name or 'set'}-{config.model}-{config.strategy}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def report(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# solutions mode --------------------------------------------------------------------------------
+
+def run_rescore(args) -> int:
     from kernelopt.agent.baselines import BaselineStore, default_names
     from kernelopt.agent.bench import find_solutions, rescore
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.isolation import IsolationError
     from kernelopt.sandbox.process import SandboxError
-    from kernelopt.sandbox.referee import resolve_device
 
+    given = [f"--{name.replace('_', '-')}" for name in AGENT_ONLY if getattr(args, name) not in (None, False)]
+    if given:
+        raise UsageError(f"{', '.join(given)}: agent options, not for --solutions (which only judges files)")
     solutions_dir = Path(args.solutions)
     if not solutions_dir.is_dir():
         raise UsageError(f"--solutions {solutions_dir}: not a folder")
     try:
         problem_set = problem_set_from(args)
-        device = resolve_device(args.device)
-        options = EvalOptions(device=device, timeout=args.timeout, timing_budget=args.timing_budget,
-                              isolation=args.isolation, image=args.image)
-        names = default_names(device, args.baselines.split(",")) if args.baselines else None
+        devices = devices_from(args)
+        settings = {"timeout": args.eval_timeout, "timing_budget": args.timing_budget,
+                    "correctness_trials": args.correctness_trials, "isolation": args.isolation,
+                    "image": args.image, "build_mode": args.build_mode}
+        options = EvalOptions(device=devices[0], **{k: v for k, v in settings.items() if v is not None})
+        names = default_names(devices[0], args.baselines.split(",")) if args.baselines else None
     except ProblemSetError as exc:
         raise UsageError(str(exc)) from exc
     except ValueError as exc:
@@ -80,10 +231,9 @@ def run_bench(args) -> int:
     if not solutions:
         raise UsageError(f"--solutions {solutions_dir}: no files named level_L_problem_ID_sample_S_kernel.py")
     out = Path(args.out) if args.out else Path("kernelopt-bench") / solutions_dir.resolve().name
-    report = (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), report, baselines=names,
-                          store=BaselineStore(args.baseline_store) if names else None)
+                          store=BaselineStore(args.baseline_store) if names else None, devices=devices)
     except IsolationError as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:
@@ -91,6 +241,8 @@ def run_bench(args) -> int:
     print(json.dumps(summary) if args.json else render(summary))
     return EXIT_OK if summary["n_solutions"] else EXIT_BAD_INPUT
 
+
+# output ----------------------------------------------------------------------------------------
 
 def render(summary: dict) -> str:
     lines = ["level  problems  fast_0  fast_0.5  fast_0.8  fast_1  fast_1.5  fast_2  geomean  median"]
@@ -105,6 +257,14 @@ def render(summary: dict) -> str:
                      + (f"{m['geomean_speedup']:.2f}x" if m["geomean_speedup"] else "-"))
     for problem, flags in summary["health"].items():
         lines.append(f"reference of level/problem {problem} flagged: {', '.join(flags)} (see docs/bench.md)")
-    lines.append(f"{summary['n_solutions']} solutions judged ({summary['n_outside_set']} for problems outside "
-                 f"the set); every verdict: {summary['results']}")
+    if summary["mode"] == "agent":
+        statuses = ", ".join(f"{n} {status}" for status, n in sorted(summary["statuses"].items()))
+        lines.append(f"{plural(summary['n_problems_run'], 'problem')} run by {summary['model']} "
+                     f"({summary['strategy']}): {statuses}; {plural(summary['llm_calls'], 'LLM call')}, "
+                     f"${summary['cost']:.4f}")
+        lines.append(f"every problem's record: {summary['results']}; runs: kernelopt runs list --store "
+                     f"{summary['store']}")
+    else:
+        lines.append(f"{summary['n_solutions']} solutions judged ({summary['n_outside_set']} for problems outside "
+                     f"the set); every verdict: {summary['results']}")
     return "\n".join(lines)

@@ -24,15 +24,15 @@ No LLM endpoint is configured, so nothing will be optimized. Configure one:
   OpenAI (or any hosted OpenAI-compatible API: DeepSeek, OpenRouter, ...):
     export OPENAI_API_KEY=...            # or --api-key-env NAME for another variable
     export OPENAI_BASE_URL=https://...   # only for providers other than OpenAI
-    kernelopt optimize {problem} --model MODEL
+    kernelopt {command} --model MODEL
 
   a local vLLM or SGLang server (no key needed):
     vllm serve Qwen/Qwen2.5-Coder-7B-Instruct --port 8000
-    kernelopt optimize {problem} --base-url http://localhost:8000/v1 --model Qwen/Qwen2.5-Coder-7B-Instruct
+    kernelopt {command} --base-url http://localhost:8000/v1 --model Qwen/Qwen2.5-Coder-7B-Instruct
 
   a local Ollama server (no key needed):
     ollama pull qwen2.5-coder:7b
-    kernelopt optimize {problem} --base-url http://localhost:11434/v1 --model qwen2.5-coder:7b
+    kernelopt {command} --base-url http://localhost:11434/v1 --model qwen2.5-coder:7b
 """
 
 
@@ -48,21 +48,34 @@ def add_optimize_command(commands) -> None:
                     "and feed the verdicts back, within a budget. Every call, candidate and verdict "
                     "is stored; a killed run continues with --resume RUN_ID.")
     p.add_argument("problem", nargs="?", metavar="PROBLEM.py", help="KernelBench-format problem file")
+    add_endpoint_options(p)
+    add_strategy_options(p)
+    add_budget_options(p, "budget (the search stops at the first one spent)")
+    add_llm_options(p)
+    add_eval_options(p)
+    out = p.add_argument_group("records")
+    out.add_argument("--store", default=None, metavar="PATH", help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
+    out.add_argument("--out", default=None, metavar="DIR", help="where best.py and summary.json go (default: next to the store, in RUN_ID/)")
+    out.add_argument("--resume", default=None, metavar="RUN_ID", help="continue a run (its settings come from the store)")
+    out.add_argument("--json", action="store_true", help="print exactly one JSON object (the summary) on stdout")
+    out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=run_optimize)
+
+
+# The option groups below are shared by optimize, bench (the agent over a set) and generate;
+# apply_overrides turns them into an OptimizeConfig.
+
+def add_endpoint_options(p) -> None:
     p.add_argument("--model", default=os.environ.get("KERNELOPT_MODEL"),
                    help="model name at the endpoint (default: $KERNELOPT_MODEL)")
     p.add_argument("--base-url", default=None,
                    help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (default: $OPENAI_BASE_URL, else OpenAI)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY)")
+
+
+def add_strategy_options(p) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="refine", help="search strategy (default refine)")
-    budget = p.add_argument_group("budget (the search stops at the first one spent)")
-    budget.add_argument("--budget", type=int, default=None, metavar="N", help="LLM calls (default 8)")
-    budget.add_argument("--max-tokens-total", type=int, default=None, metavar="N", help="prompt + completion tokens")
-    budget.add_argument("--max-cost", type=float, default=None, metavar="USD",
-                        help="dollars (needs --price or a price table entry for the model)")
-    budget.add_argument("--max-evals", type=int, default=None, metavar="N", help="evaluations")
-    budget.add_argument("--max-wall", type=float, default=None, metavar="S", help="wall-clock seconds")
-    budget.add_argument("--target-speedup", type=float, default=None, metavar="X", help="stop once a correct candidate reaches X")
     search = p.add_argument_group("strategy options")
     search.add_argument("--window", type=int, default=None, help="best-of-n: samples in flight (default 4)")
     search.add_argument("--width", type=int, default=None, help="tree: children per expansion (default 2)")
@@ -71,7 +84,30 @@ def add_optimize_command(commands) -> None:
     search.add_argument("--population", type=int, default=None, help="evolve: children per generation (default 4)")
     search.add_argument("--exemplars", type=int, default=None, help="evolve: scored exemplars per prompt (default 3)")
     search.add_argument("--seed", type=int, default=None, help="evolve: RNG seed (default 0)")
+    add_samples_options(search)
     search.add_argument("--critique", action="store_true", help="ask the LLM for a diagnosis before each refinement (one more call each)")
+
+
+def add_samples_options(group, required: bool = False) -> None:
+    """--samples K, --turns T: the samples strategy's K independent chains of 1 + T turns."""
+    group.add_argument("--samples", type=int, default=None, required=required, metavar="K",
+                       help="samples: independent first attempts" + ("" if required else " (default 4)"))
+    group.add_argument("--turns", type=int, default=None, metavar="T",
+                       help="samples: refinements of each, with its own feedback (default 0)")
+
+
+def add_budget_options(p, title: str) -> None:
+    budget = p.add_argument_group(title)
+    budget.add_argument("--budget", type=int, default=None, metavar="N", help="LLM calls (default 8)")
+    budget.add_argument("--max-tokens-total", type=int, default=None, metavar="N", help="prompt + completion tokens")
+    budget.add_argument("--max-cost", type=float, default=None, metavar="USD",
+                        help="dollars (needs --price or a price table entry for the model)")
+    budget.add_argument("--max-evals", type=int, default=None, metavar="N", help="evaluations")
+    budget.add_argument("--max-wall", type=float, default=None, metavar="S", help="wall-clock seconds")
+    budget.add_argument("--target-speedup", type=float, default=None, metavar="X", help="stop once a correct candidate reaches X")
+
+
+def add_llm_options(p) -> None:
     llm = p.add_argument_group("LLM requests")
     llm.add_argument("--temperature", type=float, default=None)
     llm.add_argument("--top-p", type=float, default=None)
@@ -87,10 +123,15 @@ def add_optimize_command(commands) -> None:
     llm.add_argument("--price-table", default=os.environ.get("KERNELOPT_PRICES"), metavar="FILE",
                      help='JSON {"model": [IN, OUT]} of prices per million tokens (default: $KERNELOPT_PRICES)')
     llm.add_argument("--no-cache", action="store_true", help="always ask the endpoint, even for a request answered before")
+
+
+def add_eval_options(p, timeout_flags: tuple[str, ...] = ("--eval-timeout",)) -> None:
+    """The referee's settings (defaults: EvalOptions'). `timeout_flags`: bench keeps its --timeout."""
     ev = p.add_argument_group("evaluation")
     ev.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     ev.add_argument("--backend", choices=["cuda", "cpp"], default=None, help="kernel language asked for (default: cuda on GPUs, cpp on CPU)")
-    ev.add_argument("--eval-timeout", type=float, default=None, metavar="S", help="seconds per evaluation (default 300)")
+    ev.add_argument(*timeout_flags, dest="eval_timeout", type=float, default=None, metavar="S",
+                    help="seconds per evaluation (default 300)")
     ev.add_argument("--timing-budget", type=float, default=None, metavar="S", help="seconds of timing per evaluation (default 10)")
     ev.add_argument("--correctness-trials", type=int, default=None, metavar="N", help="input sets checked (default 5)")
     ev.add_argument("--isolation", "--sandbox", dest="isolation",
@@ -99,13 +140,6 @@ def add_optimize_command(commands) -> None:
     ev.add_argument("--image", default=None, help="the docker backend's sandbox image (default kernelopt-sandbox)")
     ev.add_argument("--build-mode", choices=["fast", "exact", "stock", "off"], default=None,
                     help="how candidates' extensions are built (default fast; see docs/builds.md)")
-    out = p.add_argument_group("records")
-    out.add_argument("--store", default=None, metavar="PATH", help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
-    out.add_argument("--out", default=None, metavar="DIR", help="where best.py and summary.json go (default: next to the store, in RUN_ID/)")
-    out.add_argument("--resume", default=None, metavar="RUN_ID", help="continue a run (its settings come from the store)")
-    out.add_argument("--json", action="store_true", help="print exactly one JSON object (the summary) on stdout")
-    out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(handler=run_optimize)
 
 
 def add_runs_command(commands) -> None:
@@ -125,7 +159,6 @@ def add_runs_command(commands) -> None:
 
 def run_optimize(args) -> int:
     from kernelopt.agent.optimize import OptimizeConfig, run_search, start_run, stored_problem
-    from kernelopt.agent.llm import LLMClient, LLMConfigError, resolve_endpoint
     from kernelopt.agent.store import StoreError
     from kernelopt.kernelbench import ProblemError, load_problem
     from kernelopt.sandbox.referee import resolve_device
@@ -141,19 +174,13 @@ def run_optimize(args) -> int:
             if not args.problem:
                 raise UsageError("give a problem file (PROBLEM.py) or --resume RUN_ID")
             problem = load_problem(args.problem)
-            base_url, _, configured = resolve_endpoint(args.base_url, args.api_key_env)
-            if not configured:
+            base_url = configured_endpoint(args)
+            if base_url is None:
                 return explain_missing_endpoint(args)
-            if not args.model:
-                raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")
-            config = OptimizeConfig(problem_path=str(args.problem), model=args.model, base_url=base_url,
-                                    api_key_env=args.api_key_env, strategy=args.strategy)
-            apply_overrides(config, args, resuming=False)
+            config = new_config(args, base_url, str(args.problem), args.strategy)
         device = resolve_device(config.device)
-        api_key = os.environ.get(config.api_key_env) or None
-        client = LLMClient(config.llm_settings(api_key))
-        client.check()
-    except (ProblemError, StoreError, LLMConfigError) as exc:
+        client, api_key = checked_client(config)
+    except (ProblemError, StoreError) as exc:
         raise UsageError(str(exc)) from exc
     except ValueError as exc:
         raise UsageError(f"invalid option: {exc}") from exc
@@ -191,7 +218,47 @@ def open_store(path: str | None):
         raise UsageError(str(exc)) from exc
 
 
-def apply_overrides(config, args, resuming: bool) -> None:
+def configured_endpoint(args) -> str | None:
+    """The endpoint's URL, or None when neither a URL nor an API key is configured anywhere."""
+    from kernelopt.agent.llm import resolve_endpoint
+
+    base_url, _, configured = resolve_endpoint(args.base_url, args.api_key_env)
+    return base_url if configured else None
+
+
+def missing_endpoint(command: str) -> int:
+    """No endpoint: say how to configure one (exit 2). `command`: how the user's command starts."""
+    print(NO_ENDPOINT_HELP.format(command=command), file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def new_config(args, base_url: str, problem_path: str, strategy: str, strategy_options: dict | None = None):
+    """A new run's settings from the command line (strategy_options: instead of the options')."""
+    from kernelopt.agent.optimize import OptimizeConfig
+
+    if not args.model:
+        raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")
+    config = OptimizeConfig(problem_path=problem_path, model=args.model, base_url=base_url,
+                            api_key_env=args.api_key_env, strategy=strategy)
+    apply_overrides(config, args, resuming=False, strategy_options=strategy_options)
+    return config
+
+
+def checked_client(config):
+    """(LLMClient, API key) for the run's endpoint, checked before any work: an unreachable
+    server, a rejected key or an unknown model is a usage error."""
+    from kernelopt.agent.llm import LLMClient, LLMConfigError
+
+    api_key = os.environ.get(config.api_key_env) or None
+    try:
+        client = LLMClient(config.llm_settings(api_key))
+        client.check()
+    except LLMConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    return client, api_key
+
+
+def apply_overrides(config, args, resuming: bool, strategy_options: dict | None = None) -> None:
     """Options given on the command line; on resume only the budget, the cache and the endpoint's
     URL may change (the search itself must replay identically)."""
     limits = {"llm_calls": args.budget, "tokens": args.max_tokens_total, "cost": args.max_cost,
@@ -210,10 +277,11 @@ def apply_overrides(config, args, resuming: bool) -> None:
                          "million tokens) or an entry in --price-table")
     config.device = args.device
     config.backend = args.backend
-    strategy = {"window": args.window, "width": args.width, "depth": args.depth, "beam": args.beam,
-                "population": args.population, "exemplars": args.exemplars, "seed": args.seed,
-                "critique": args.critique or None}
-    config.strategy_options = {k: v for k, v in strategy.items() if v is not None}
+    if strategy_options is None:
+        strategy_options = {"window": args.window, "width": args.width, "depth": args.depth, "beam": args.beam,
+                            "population": args.population, "exemplars": args.exemplars, "seed": args.seed,
+                            "samples": args.samples, "turns": args.turns, "critique": args.critique or None}
+    config.strategy_options = {k: v for k, v in strategy_options.items() if v is not None}
     llm = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
            "max_completion_tokens": args.max_completion_tokens,
            "reasoning_effort": args.reasoning_effort, "concurrency": args.concurrency,
@@ -290,7 +358,7 @@ def explain_missing_endpoint(args) -> int:
     """No endpoint: say how to configure one, and show the referee on bundled candidates."""
     from kernelopt.agent.optimize import bundled_candidates
 
-    print(NO_ENDPOINT_HELP.format(problem=args.problem), file=sys.stderr)
+    print(NO_ENDPOINT_HELP.format(command=f"optimize {args.problem}"), file=sys.stderr)
     candidates = bundled_candidates(args.problem)
     if candidates and not args.json:
         demo_referee(args, candidates)

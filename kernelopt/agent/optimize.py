@@ -39,6 +39,9 @@ class OptimizeConfig:
     price: list[float] | None = None                       # [input, output] $ per 1M tokens
     use_cache: bool = True
     eval_workers: int = 1
+    # Runs started over a problem set (`kernelopt bench`, `kernelopt generate`): where the
+    # problem sits in it, {"level": L, "problem_id": N, "set": "<SET as given>"}; None otherwise.
+    bench: dict | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -96,6 +99,10 @@ def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem:
         strategy.run(search)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"
+        budget.stop(error)
+        raise
+    except Exception as exc:  # a bug or a surprise: the run did not finish, and can be resumed
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
         budget.stop(error)
         raise
     finally:

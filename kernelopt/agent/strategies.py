@@ -10,6 +10,8 @@ replays the same decisions (see engine.py). Within a batch, LLM calls overlap wi
   to `depth`.
 - evolve: a population per generation; each child starts from a parent chosen by tournament
   and sees exemplars sampled across score buckets (CUDA-L1's contrastive prompts).
+- samples: `samples` independent chains, each a first attempt refined `turns` more times with
+  its own feedback only (for datasets: `kernelopt generate`); the chains advance in lockstep.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def first_messages(search: Search) -> list[dict]:
 
 
 def refine_messages(search: Search, last: Attempt, history: list[Attempt],
-                    diagnosis: str | None = None) -> list[dict]:
-    best = search.best()
+                    diagnosis: str | None = None, best: Attempt | None = None) -> list[dict]:
+    """`best`: the version shown as the best so far (default: the run's best)."""
+    best = best or search.best()
     shown_best = best.view() if best is not None and best is not last else None
     return search.prompts.messages(
         "refine.j2", last=last.view(), best=shown_best, diagnosis=diagnosis,
@@ -173,6 +176,40 @@ class Evolve:
                               data={"generation": generation, "exemplars": [e.index for e in exemplars]})
 
 
+@dataclass
+class Samples:
+    """K independent chains of 1 + T turns: chain k's turn t+1 refines its own last answer with
+    the referee's feedback and sees nothing of the other chains, so the chains are K honest
+    samples of a multi-turn episode (each attempt's parent is the chain's previous answer)."""
+
+    samples: int = 4
+    turns: int = 0
+    critique: bool = False
+    name: str = "samples"
+
+    def run(self, search: Search) -> None:
+        chains: list[list[Attempt]] = [[] for _ in range(self.samples)]
+        for turn in range(self.turns + 1):
+            futures = [self._next(search, chain, sample, turn) for sample, chain in enumerate(chains)]
+            for chain, attempt in zip(chains, [f.result() if f else None for f in futures]):
+                if attempt is not None:
+                    chain.append(attempt)
+            if not any(futures):
+                return
+
+    def _next(self, search: Search, chain: list[Attempt], sample: int, turn: int):
+        data = {"sample": sample, "turn": turn}
+        answered = [a for a in chain if a.status not in ("llm_error", "not_evaluated")]
+        if not answered:   # nothing came back in this chain yet: a fresh first attempt
+            return search.attempt(first_messages(search), data=data)
+        last = answered[-1]
+        correct = [a for a in answered if a.correct]
+        best = max(correct, key=lambda a: (a.score, -a.index)) if correct else None
+        diagnosis = diagnose(search, last, self.critique)
+        messages = refine_messages(search, last, answered[:-1], diagnosis, best=best or last)
+        return search.attempt(messages, parent=last, data=data)
+
+
 def score_bucket(score: float) -> int:
     return sum(score > edge for edge in SCORE_BUCKETS)
 
@@ -191,12 +228,12 @@ def sample_across_buckets(rng: random.Random, attempts: list[Attempt], count: in
     return picked
 
 
-STRATEGIES = ("best-of-n", "refine", "tree", "evolve")
+STRATEGIES = ("best-of-n", "refine", "tree", "evolve", "samples")
 
 
 def make_strategy(name: str, *, window: int = 4, width: int = 2, depth: int = 4, beam: int = 1,
-                  population: int = 4, exemplars: int = 3, seed: int = 0,
-                  critique: bool = False) -> Strategy:
+                  population: int = 4, exemplars: int = 3, seed: int = 0, samples: int = 4,
+                  turns: int = 0, critique: bool = False) -> Strategy:
     if name == "best-of-n":
         return BestOfN(window=window)
     if name == "refine":
@@ -205,4 +242,6 @@ def make_strategy(name: str, *, window: int = 4, width: int = 2, depth: int = 4,
         return Tree(width=width, depth=depth, beam=beam, critique=critique)
     if name == "evolve":
         return Evolve(population=population, exemplars=exemplars, seed=seed, critique=critique)
+    if name == "samples":
+        return Samples(samples=samples, turns=turns, critique=critique)
     raise ValueError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
