@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelopt.agent.cli_export import add_export_command
 
     add_export_command(commands)
+    from kernelopt.agent.cli_report import add_report_command
+
+    add_report_command(commands)
     from kernelopt.agent.cli_serve import add_serve_command
 
     add_serve_command(commands)
