@@ -35,6 +35,16 @@ class ModelNew(nn.Module):
 
     def __init__(self, *init_inputs):
         super().__init__()
+        # Leave no thread or process behind, which the referee rightly rejects in any candidate:
+        # compile in this thread (no inductor worker pool) and keep tqdm, which autotuning's
+        # progress bars use, from starting its monitor thread.
+        import torch._inductor.config
+        torch._inductor.config.compile_threads = 1
+        try:
+            import tqdm
+            tqdm.tqdm.monitor_interval = 0
+        except ImportError:
+            pass
         self.model = torch.compile(Model(*init_inputs), mode={mode!r})
 
     def forward(self, *inputs):
