@@ -179,7 +179,51 @@ def test_error_statistics_match_a_whole_tensor_computation():
     result = compare.compare_outputs([out], [ref], OPTIONS)
     o, r = out.double(), ref.double()
     assert result.passed
-    assert result.max_abs_error == (o - r).abs().max().item()
-    assert result.max_rel_error == ((o - r).abs() / r.abs()).max().item()
+    # float32 outputs are compared in float32 with float64 sums: statistics to float32 rounding
+    assert result.max_abs_error == pytest.approx((o - r).abs().max().item(), rel=1e-6)
+    assert result.max_rel_error == pytest.approx(((o - r).abs() / r.abs()).max().item(), rel=1e-6)
     assert result.rel_l2_error == pytest.approx(
-        (torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r)).item(), rel=1e-12)
+        (torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r)).item(), rel=1e-6)
+
+
+def float64_verdict(out: torch.Tensor, ref: torch.Tensor) -> tuple[int, int]:
+    """(elements outside, NaN mismatches) as float64 isclose over the whole tensor decides."""
+    o, r = out.double(), ref.double()
+    outside = int((~torch.isclose(o, r, rtol=OPTIONS.rtol, atol=OPTIONS.atol, equal_nan=True)).sum())
+    return outside, int((torch.isnan(o) != torch.isnan(r)).sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_elements_at_the_tolerance_edge_are_decided_as_float64_decides(dtype):
+    """The fast path works in the output's precision; rounding must not move an element across
+    its tolerance, in either direction."""
+    generator = torch.Generator().manual_seed(5)
+    ref = (torch.randn(2 * compare._STEP + 7, generator=generator) * 10).to(dtype)
+    tolerance = OPTIONS.atol + OPTIONS.rtol * ref.double().abs()
+    # errors within a few ulps of the tolerance on both sides, random signs
+    factor = 1.0 + (torch.rand(ref.shape, generator=generator, dtype=torch.float64) - 0.5) * 1e-6
+    sign = torch.randint(0, 2, ref.shape, generator=generator).double() * 2 - 1
+    out = (ref.double() + sign * tolerance * factor).to(dtype)
+    expected_outside, _ = float64_verdict(out, ref)
+    assert 0 < expected_outside < ref.numel()  # the edge really is straddled
+    result = compare.compare_tensor(out, ref, OPTIONS)
+    assert result.mismatch_fraction == expected_outside / ref.numel()
+
+
+def test_steps_with_nan_infinities_or_huge_values_take_the_exact_path():
+    ref = torch.randn(4 * compare._STEP)
+    out = ref.clone()
+    ref[10] = out[10] = float("nan")                        # both NaN: close
+    ref[compare._STEP + 3] = out[compare._STEP + 3] = float("inf")  # equal infinities: close
+    ref[2 * compare._STEP + 1] = out[2 * compare._STEP + 1] = 3e30  # squares overflow float32
+    out[2 * compare._STEP + 2] += 1e-3
+    out[3 * compare._STEP + 9] = float("nan")               # NaN only in the output
+    result = compare.compare_tensor(out, ref, OPTIONS)
+    assert not result.passed and "NaN at 1 position" in result.message
+    out[3 * compare._STEP + 9] = ref[3 * compare._STEP + 9]
+    result = compare.compare_tensor(out, ref, OPTIONS)
+    assert result.passed and result.mismatch_fraction == 0.0
+    assert result.max_abs_error == pytest.approx(1e-3, rel=1e-3)
+    finite = torch.isfinite(ref)
+    r = ref.double()[finite]
+    assert result.rel_l2_error == pytest.approx(1e-3 / torch.linalg.vector_norm(r).item(), rel=1e-3)
