@@ -85,6 +85,14 @@ def add_eval_command(commands) -> None:
     p.add_argument("--jobs", type=int, default=2, metavar="N",
                    help="batch: candidates in flight, one judged while the others start and compile "
                         "(default 2)")
+    add_judging_options(p)
+    p.add_argument("--json", action="store_true",
+                   help="print exactly one JSON object on stdout (a batch: one per line and candidate)")
+    p.set_defaults(handler=run_eval)
+
+
+def add_judging_options(p) -> None:
+    """How candidates are judged: shared by `eval` and `serve` (whose requests are judged alike)."""
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit in seconds (default 300)")
     p.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
@@ -114,9 +122,15 @@ def add_eval_command(commands) -> None:
                         "stock) or in the candidate's sandbox (off); default fast, see docs/builds.md")
     p.add_argument("--build-cache", default=None, metavar="DIR",
                    help="build cache directory (default $KERNELOPT_BUILD_CACHE or ~/.cache/kernelopt/builds)")
-    p.add_argument("--json", action="store_true",
-                   help="print exactly one JSON object on stdout (a batch: one per line and candidate)")
-    p.set_defaults(handler=run_eval)
+
+
+def judging_options(args) -> dict:
+    """The EvalOptions fields that add_judging_options' arguments set."""
+    return dict(device=args.device, timeout=args.timeout, memory_limit=args.memory_limit,
+                correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
+                max_rel_error=args.max_rel_error, precision_policy=args.precision_policy,
+                isolation=args.isolation, image=args.image, timing_budget=args.timing_budget, seed=args.seed,
+                pin_timing=args.pin_timing, build_mode=args.build_mode, build_cache=args.build_cache)
 
 
 def run_eval(args) -> int:
@@ -131,13 +145,7 @@ def run_eval(args) -> int:
     paths = candidate_files(args.candidate)
     sources = [read_candidate(path) for path in paths]  # every file is checked before any work
     try:
-        options = EvalOptions(
-            device=args.device, timeout=args.timeout, memory_limit=args.memory_limit,
-            correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
-            max_rel_error=args.max_rel_error, precision_policy=args.precision_policy,
-            isolation=args.isolation, image=args.image, timing_budget=args.timing_budget, seed=args.seed,
-            pin_timing=args.pin_timing, build_mode=args.build_mode, build_cache=args.build_cache,
-        )
+        options = EvalOptions(**judging_options(args))
         problem = load_problem(args.reference)
         if not batch:
             print_result(evaluate(problem, sources[0], options), args.json)

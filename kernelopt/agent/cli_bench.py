@@ -59,11 +59,12 @@ def add_bench_command(commands) -> None:
     p.set_defaults(handler=run_bench)
 
 
-def add_problem_set_options(p) -> None:
-    """--kernelbench, --level, --problems: shared by bench and baselines."""
-    p.add_argument("--kernelbench", required=True, metavar="SET",
+def add_problem_set_options(p, required: bool = True) -> None:
+    """--kernelbench, --level, --problems: shared by bench, baselines and serve (optional there)."""
+    p.add_argument("--kernelbench", required=required, default=None, metavar="SET",
                    help="a KernelBench checkout (KernelBench/level1..4), a folder of problem files, a .parquet "
-                        "file or folder in the HuggingFace layout, or a dataset id in the local HF cache")
+                        "file or folder in the HuggingFace layout, or a dataset id in the local HF cache"
+                        + ("" if required else " (default: none)"))
     p.add_argument("--level", default=None, help="levels to include, e.g. 1 or 1,2 (default: all)")
     p.add_argument("--problems", default=None, metavar="IDS", help="problem ids, e.g. 1,3,5-9 (default: all)")
 

@@ -9,7 +9,8 @@ import signal
 import sys
 import threading
 
-from kernelopt.agent.cli import EXIT_OK, UsageError, parse_size
+from kernelopt.agent.cli import EXIT_OK, UsageError, add_judging_options, judging_options, parse_size
+from kernelopt.agent.cli_bench import add_problem_set_options, problem_set_from
 
 DEFAULT_PORT = 8321
 
@@ -25,12 +26,7 @@ def add_serve_command(commands) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1, this machine only; the API has no "
                         "authentication, so expose it only on a trusted network)")
-    problems = p.add_argument_group("problems that requests may name by id")
-    problems.add_argument("--kernelbench", default=None, metavar="SET",
-                          help="a KernelBench checkout, a folder of problem files, a .parquet file or folder, or a "
-                               "dataset id in the local HF cache (default: none; requests send reference sources)")
-    problems.add_argument("--level", default=None, help="levels to include, e.g. 1 or 1,2 (default: all)")
-    problems.add_argument("--problems", default=None, metavar="IDS", help="problem ids, e.g. 1,3,5-9 (default: all)")
+    add_problem_set_options(p.add_argument_group("problems that requests may name by id"), required=False)
     service = p.add_argument_group("service")
     service.add_argument("--reward", default="speedup", metavar="SPEC",
                          help="default reward, e.g. speedup, log_speedup:clip=2, cuda_l1:k=3 (default speedup; "
@@ -50,24 +46,7 @@ def add_serve_command(commands) -> None:
     service.add_argument("--max-body", type=parse_size, default=16 << 20, metavar="SIZE",
                          help="largest request body (default 16M)")
     service.add_argument("--quiet", action="store_true", help="no line on stderr per request")
-    evaluation = p.add_argument_group("evaluation (as for kernelopt eval)")
-    evaluation.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    evaluation.add_argument("--timeout", type=float, default=300.0, help="seconds per evaluation (default 300)")
-    evaluation.add_argument("--memory-limit", type=parse_size, default=None, metavar="SIZE",
-                            help="resident memory per worker, e.g. 8G (default: half of RAM)")
-    evaluation.add_argument("--correctness-trials", type=int, default=5, metavar="N", help="input sets (default 5)")
-    evaluation.add_argument("--atol", type=float, default=1e-2, help="absolute tolerance (default 1e-2)")
-    evaluation.add_argument("--rtol", type=float, default=1e-2, help="relative tolerance (default 1e-2)")
-    evaluation.add_argument("--precision-policy", choices=["flag", "reject"], default="flag",
-                            help="reduced-precision arithmetic: flag it (default) or reject the candidate")
-    evaluation.add_argument("--timing-budget", type=float, default=10.0, metavar="S",
-                            help="seconds of timing at most (default 10)")
-    evaluation.add_argument("--isolation", "--sandbox", dest="isolation", default="auto",
-                            choices=["auto", "bubblewrap", "unshare", "none", "docker"], help="sandbox backend")
-    evaluation.add_argument("--image", default="kernelopt-sandbox", help="the docker backend's image")
-    evaluation.add_argument("--build-mode", choices=["fast", "exact", "stock", "off"], default="fast",
-                            help="how load_inline/load extensions are built (default fast, see docs/builds.md)")
-    evaluation.add_argument("--build-cache", default=None, metavar="DIR", help="build cache directory")
+    add_judging_options(p.add_argument_group("evaluation (as for kernelopt eval)"))
     p.set_defaults(handler=run_serve)
 
 
@@ -92,7 +71,6 @@ def run_serve(args) -> int:
 
 def make_service(args):
     """The RewardService the arguments describe; UsageError for anything unusable."""
-    from kernelopt.agent.cli_bench import problem_set_from
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.rewards import RewardError
     from kernelopt.rewards.service import RewardService
@@ -106,11 +84,7 @@ def make_service(args):
         raise UsageError(f"--request-timeout must be positive, not {args.request_timeout}")
     try:
         problems = problem_set_from(args) if args.kernelbench else ()
-        options = EvalOptions(device=args.device, timeout=args.timeout, memory_limit=args.memory_limit,
-                              correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
-                              precision_policy=args.precision_policy, timing_budget=args.timing_budget,
-                              isolation=args.isolation, image=args.image, build_mode=args.build_mode,
-                              build_cache=args.build_cache)
+        options = EvalOptions(**judging_options(args))
         select_backend(options.isolation, options.image)  # fail now, not at the first request
         return RewardService(problems, options, reward=args.reward, jobs=args.jobs, queue_size=args.queue_size,
                              concurrency=args.concurrency, request_timeout=args.request_timeout,
