@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 
 from kernelopt.kernelbench import ProblemError, load_problem
-from kernelopt.sandbox import Evaluator, evaluate
+from kernelopt.sandbox import Evaluator, evaluate, referee
 
 CORRECT = (REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py").read_text()
 WRONG = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
@@ -24,6 +24,10 @@ EXITS_IN_FORWARD = ("import os\nimport torch\nclass ModelNew(torch.nn.Module):\n
 EXITS_AT_IMPORT = "import os\nos._exit(4)\n"
 HANGS_IN_FORWARD = ("import time\nimport torch\nclass ModelNew(torch.nn.Module):\n"
                     "    def forward(self, x):\n        time.sleep(1000)\n        return x\n")
+# Right for its first two forward calls, wrong (doubled) from the third on.
+WRONG_FROM_THE_THIRD_CALL = ("import torch\nclass ModelNew(torch.nn.Module):\n    calls = 0\n"
+                             "    def forward(self, x):\n        ModelNew.calls += 1\n"
+                             "        return torch.relu(x) * (1 if ModelNew.calls < 3 else 2)\n")
 
 STATEFUL_PROBLEM = '''
 import torch
@@ -181,3 +185,26 @@ def test_stopping_a_batch_early_stops_its_workers(example, fast_options):
     finally:
         evaluator.close()
     assert _children_of_this_process() - before == set()
+
+
+def test_correctness_trials_run_in_groups_that_fit_the_memory_bound(example, fast_options, monkeypatch):
+    """A worker makes a group's inputs up front and keeps its outputs: on KernelBench's largest
+    problems five trials at once do not fit on a GPU beside the reference, so trials run as many
+    at a time as fit. The first trial runs alone to learn the sizes; later candidates of the
+    batch know them from the kept reference trials. Every trial is still compared."""
+    groups = []
+    run_trials = referee._Session._run_trials
+    monkeypatch.setattr(referee._Session, "_run_trials",
+                        lambda session, indices: (groups.append(list(indices)), run_trials(session, indices))[1])
+    problem = load_problem(example("1_ReLU"))
+    with Evaluator(problem, fast_options(timing_budget=0.5), jobs=1) as evaluator:
+        first, second = evaluator.evaluate(CORRECT), evaluator.evaluate(CORRECT + "\n# a copy\n")
+        assert groups == [[0], [1, 2, 3, 4], [0, 1, 2, 3, 4]]
+        groups.clear()
+        monkeypatch.setattr(referee, "_ROUND_BYTES", 1)  # as if a call's inputs and outputs filled it
+        wrong = evaluator.evaluate(WRONG_FROM_THE_THIRD_CALL)
+        assert groups == [[0], [1], [2], [3], [4]]
+    assert first.status == second.status == "correct"
+    passed = [t.passed for t in wrong.trials]
+    assert wrong.status == "incorrect" and len(passed) == 5 and passed[0] and not passed[-1]
+    assert wrong.message.startswith(f"trial {passed.index(False)}:")

@@ -102,6 +102,13 @@ class ReferenceTrials:
         return sum(t.numel() * t.element_size() for t in self.outputs[index])
 
 
+def _joined(first: ReferenceTrials | None, more: ReferenceTrials) -> ReferenceTrials:
+    """Reference trials run in groups, in order, as one."""
+    if first is None:
+        return more
+    return ReferenceTrials(calls=first.calls + more.calls, outputs=first.outputs + more.outputs)
+
+
 def resolve_device(requested: str) -> str:
     """'auto' -> 'cuda:0' when CUDA is available, else 'cpu'; validate the rest."""
     if requested == "auto":
@@ -175,6 +182,7 @@ class _Session:
         self._seed_source = seed_source  # this candidate's timing inputs and sampled calls
         self.fingerprint_seed, self.trial_seeds = fingerprint_seed, trial_seeds
         self.expected: ReferenceTrials | None = None  # the reference's trial results
+        self._pending_expected: ReferenceTrials | None = None  # those run so far, until all have
         self.candidate_load: dict = {}
         self.problem_code_failed: ProblemCodeFailed | None = None
         self.workdir: Path | None = None  # the candidate worker's directory, once taken
@@ -297,39 +305,73 @@ class _Session:
         self.checks.append(Check(name="load", passed=True, detail="reference and candidate loaded"))
 
     def _check_correctness(self) -> None:
-        seeds = self.trial_seeds
-        message = {"cmd": "run", "seeds": seeds, "hash_inputs": True, "return_outputs": True}
-        if self.expected is None:
-            replies, blobs = self._ask_both({self.candidate: message, self.reference: message}, with_blobs=True)
-            self.expected = self._reference_trials(replies[self.reference], blobs[self.reference], seeds)
-        else:
-            # The reference's outputs for these seeds are known. It still runs the same calls
-            # (nothing sent back but fingerprints), so that when timing starts it has made the
-            # same calls as the candidate: a stateful reference stays comparable.
-            replay = {"cmd": "run", "seeds": seeds}
-            replies, blobs = self._ask_both({self.candidate: message, self.reference: replay}, with_blobs=True)
-            self._check_replay(self._parse_run(replies[self.reference], seeds, trusted=True))
-        expected = self.expected
-        cand = self._parse_run(replies[self.candidate], seeds)
-        self._raise_violations(cand.violations)
-        self._check_sandbox_census()
-        for index, (c, r) in enumerate(zip(cand.calls, expected.calls)):
-            self._check_call_invariants(c, r)
-            self._check_inputs(c, r)
-            try:
-                out = compare.load_tensors(blobs[self.candidate][index])
-            except (compare.BadOutputBlob, IndexError) as exc:
-                raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
-            comparison = compare.compare_outputs(out, expected.outputs[index], self.options)
-            self.reduced_precision |= comparison.reduced_precision
-            self.trials.append(compare.trial_result(index, seeds[index], comparison))
-            self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + expected.output_bytes(index))
+        for group in self._trial_groups():
+            self._run_trials(group)
         failed = [t for t in self.trials if not t.passed]
         self.checks.append(Check(name="correctness", passed=not failed,
                                  detail=f"{len(self.trials) - len(failed)}/{len(self.trials)} trials passed"))
         if failed:
             raise Verdict("incorrect", f"trial {failed[0].index}: {failed[0].message}")
         self._judge_precision()
+
+    def _trial_groups(self):
+        """The trials' indices in groups whose inputs and outputs fit in _ROUND_BYTES at once.
+        A worker makes a group's inputs up front and keeps its outputs until they are sent, and
+        the host holds a group's outputs while comparing: on KernelBench's largest problems (6 GB
+        inputs and outputs) five trials at once would need 64 GB per worker, on one GPU with the
+        reference's. The
+        sizes come from the kept reference trials, else from the first trial, run alone."""
+        count, start = len(self.trial_seeds), 0
+        while start < count:
+            if self.expected is None and start == 0:
+                size = 1
+            else:
+                size = max(1, _ROUND_BYTES // max(self.bytes_per_call, self._expected_bytes_per_call()))
+            yield list(range(start, min(count, start + size)))
+            start += size
+
+    def _expected_bytes_per_call(self) -> int:
+        expected = self.expected
+        if expected is None:
+            return 1
+        return max(call.input_bytes + expected.output_bytes(i) for i, call in enumerate(expected.calls))
+
+    def _run_trials(self, indices: list[int]) -> None:
+        """Correctness trials `indices`, run in both workers in parallel, compared on the host.
+        The reference's results are kept for later candidates once all its trials have run."""
+        seeds = [self.trial_seeds[i] for i in indices]
+        message = {"cmd": "run", "seeds": seeds, "hash_inputs": True, "return_outputs": True}
+        if self.expected is None:
+            replies, blobs = self._ask_both({self.candidate: message, self.reference: message}, with_blobs=True)
+            fresh = self._reference_trials(replies[self.reference], blobs[self.reference], seeds)
+            self._pending_expected = _joined(self._pending_expected, fresh)
+            expected_calls, expected_outputs = fresh.calls, fresh.outputs
+            if indices[-1] == len(self.trial_seeds) - 1:
+                self.expected, self._pending_expected = self._pending_expected, None
+        else:
+            # The reference's outputs for these seeds are known. It still runs the same calls
+            # (nothing sent back but fingerprints), so that when timing starts it has made the
+            # same calls as the candidate: a stateful reference stays comparable.
+            replay = {"cmd": "run", "seeds": seeds}
+            replies, blobs = self._ask_both({self.candidate: message, self.reference: replay}, with_blobs=True)
+            self._check_replay(self._parse_run(replies[self.reference], seeds, trusted=True), indices)
+            expected_calls = [self.expected.calls[i] for i in indices]
+            expected_outputs = [self.expected.outputs[i] for i in indices]
+        cand = self._parse_run(replies[self.candidate], seeds)
+        self._raise_violations(cand.violations)
+        self._check_sandbox_census()
+        for position, (c, r) in enumerate(zip(cand.calls, expected_calls)):
+            self._check_call_invariants(c, r)
+            self._check_inputs(c, r)
+            try:
+                out = compare.load_tensors(blobs[self.candidate][position])
+            except (compare.BadOutputBlob, IndexError) as exc:
+                raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
+            comparison = compare.compare_outputs(out, expected_outputs[position], self.options)
+            self.reduced_precision |= comparison.reduced_precision
+            self.trials.append(compare.trial_result(indices[position], seeds[position], comparison))
+            output_bytes = sum(t.numel() * t.element_size() for t in expected_outputs[position])
+            self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + output_bytes)
 
     def _reference_trials(self, reply: dict, blobs: list[bytes], seeds: list[int]) -> ReferenceTrials:
         ref = self._parse_run(reply, seeds, trusted=True)
@@ -341,9 +383,10 @@ class _Session:
             raise ProblemError(self.problem.path, "the reference worker sent outputs for too few trials")
         return ReferenceTrials(calls=ref.calls, outputs=outputs)
 
-    def _check_replay(self, replay: RunReply) -> None:
+    def _check_replay(self, replay: RunReply, indices: list[int]) -> None:
         """The re-loaded reference must reproduce the outputs kept from its first run."""
-        for index, (now, kept) in enumerate(zip(replay.calls, self.expected.calls)):
+        for index, now in zip(indices, replay.calls):
+            kept = self.expected.calls[index]
             meta = [list(m) for m in kept.meta]
             mismatch = ("shapes or dtypes differ" if now.meta != kept.meta else
                         compare.compare_fingerprints(now.fingerprints, kept.fingerprints, meta, self.options))
