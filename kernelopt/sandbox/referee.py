@@ -102,10 +102,10 @@ class ReferenceTrials:
         return sum(t.numel() * t.element_size() for t in self.outputs[index])
 
 
-def _joined(first: ReferenceTrials | None, more: ReferenceTrials) -> ReferenceTrials:
-    """Reference trials run in groups, in order, as one."""
-    if first is None:
-        return more
+def _joined(first: ReferenceTrials | None, more: ReferenceTrials | None) -> ReferenceTrials | None:
+    """Reference trials run in groups, in order, as one (None: none run)."""
+    if first is None or more is None:
+        return first or more
     return ReferenceTrials(calls=first.calls + more.calls, outputs=first.outputs + more.outputs)
 
 
@@ -182,7 +182,6 @@ class _Session:
         self._seed_source = seed_source  # this candidate's timing inputs and sampled calls
         self.fingerprint_seed, self.trial_seeds = fingerprint_seed, trial_seeds
         self.expected: ReferenceTrials | None = None  # the reference's trial results
-        self._pending_expected: ReferenceTrials | None = None  # those run so far, until all have
         self.candidate_load: dict = {}
         self.problem_code_failed: ProblemCodeFailed | None = None
         self.workdir: Path | None = None  # the candidate worker's directory, once taken
@@ -305,8 +304,11 @@ class _Session:
         self.checks.append(Check(name="load", passed=True, detail="reference and candidate loaded"))
 
     def _check_correctness(self) -> None:
+        fresh = None  # the reference's results, when they are not known yet: kept once all ran
         for group in self._trial_groups():
-            self._run_trials(group)
+            fresh = _joined(fresh, self._run_trials(group))
+        if fresh is not None:
+            self.expected = fresh
         failed = [t for t in self.trials if not t.passed]
         self.checks.append(Check(name="correctness", passed=not failed,
                                  detail=f"{len(self.trials) - len(failed)}/{len(self.trials)} trials passed"))
@@ -319,8 +321,8 @@ class _Session:
         A worker makes a group's inputs up front and keeps its outputs until they are sent, and
         the host holds a group's outputs while comparing: on KernelBench's largest problems (6 GB
         inputs and outputs) five trials at once would need 64 GB per worker, on one GPU with the
-        reference's. The
-        sizes come from the kept reference trials, else from the first trial, run alone."""
+        reference's. The sizes come from the kept reference trials, else from the first trial,
+        run alone."""
         count, start = len(self.trial_seeds), 0
         while start < count:
             if self.expected is None and start == 0:
@@ -336,18 +338,16 @@ class _Session:
             return 1
         return max(call.input_bytes + expected.output_bytes(i) for i, call in enumerate(expected.calls))
 
-    def _run_trials(self, indices: list[int]) -> None:
+    def _run_trials(self, indices: list[int]) -> ReferenceTrials | None:
         """Correctness trials `indices`, run in both workers in parallel, compared on the host.
-        The reference's results are kept for later candidates once all its trials have run."""
+        Returns the reference's results for them when they were not known (None otherwise)."""
         seeds = [self.trial_seeds[i] for i in indices]
         message = {"cmd": "run", "seeds": seeds, "hash_inputs": True, "return_outputs": True}
+        fresh = None
         if self.expected is None:
             replies, blobs = self._ask_both({self.candidate: message, self.reference: message}, with_blobs=True)
             fresh = self._reference_trials(replies[self.reference], blobs[self.reference], seeds)
-            self._pending_expected = _joined(self._pending_expected, fresh)
             expected_calls, expected_outputs = fresh.calls, fresh.outputs
-            if indices[-1] == len(self.trial_seeds) - 1:
-                self.expected, self._pending_expected = self._pending_expected, None
         else:
             # The reference's outputs for these seeds are known. It still runs the same calls
             # (nothing sent back but fingerprints), so that when timing starts it has made the
@@ -372,6 +372,7 @@ class _Session:
             self.trials.append(compare.trial_result(indices[position], seeds[position], comparison))
             output_bytes = sum(t.numel() * t.element_size() for t in expected_outputs[position])
             self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + output_bytes)
+        return fresh
 
     def _reference_trials(self, reply: dict, blobs: list[bytes], seeds: list[int]) -> ReferenceTrials:
         ref = self._parse_run(reply, seeds, trusted=True)
