@@ -207,10 +207,10 @@ def rescore(problem_set: ProblemSet, solutions: list[Solution], options: EvalOpt
             work.append((problem, pending))
     run_on_devices(work, devices, lambda item, device: _judge_problem(
         item[0], item[1], options.model_copy(update={"device": device}), jobs, log, progress))
-    summary = summarize_results(problem_set, log.records.values())
+    best, health = _best_outcomes(log.records.values())
+    summary = _summary(problem_set, best, health)
     if baselines:
-        summary["vs_baselines"] = against_baselines(problem_set, log.records.values(), baselines, options, store,
-                                                    report)
+        summary["vs_baselines"] = against_baselines(problem_set, best, baselines, options, store, report)
     summary.update(n_solutions=len(wanted), n_outside_set=len(solutions) - len(wanted),
                    results=str(log.path))
     return write_summary(out, summary, "solutions", problem_set)
@@ -264,7 +264,10 @@ def summarize_results(problem_set: ProblemSet, records) -> dict:
     """KernelBench metrics per level over the set's problems, from each problem's best sample,
     with the speedup distribution and the optimization-kind breakdown (same shape: levels and
     overall)."""
-    best, health = _best_outcomes(records)
+    return _summary(problem_set, *_best_outcomes(records))
+
+
+def _summary(problem_set: ProblemSet, best: dict, health: dict) -> dict:
     summary = _per_level(problem_set, best)
     summary["health"] = health
     summary["speedup_distribution"] = _per_level(problem_set, best, speedup_distribution)
@@ -272,14 +275,14 @@ def summarize_results(problem_set: ProblemSet, records) -> dict:
     return summary
 
 
-def against_baselines(problem_set: ProblemSet, records, names: list[str], options: EvalOptions, store,
+def against_baselines(problem_set: ProblemSet, best: dict, names: list[str], options: EvalOptions, store,
                       report) -> dict:
     """The same metrics with each correct speedup divided by the baseline's speedup over eager
     (a baseline that is not correct itself counts as eager). Baselines are measured only for
-    problems with a correct solution: the others fail against any baseline."""
+    problems with a correct solution: the others fail against any baseline. `best`: each
+    problem's best outcome, as _best_outcomes gives it."""
     from kernelopt.agent.baselines import measure_baselines
 
-    best, _ = _best_outcomes(records)
     measured = {}
     for problem in problem_set:
         outcome = best.get((problem.level, problem.problem_id))
