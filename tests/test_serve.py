@@ -92,7 +92,7 @@ def test_concurrent_requests_for_one_problem_each_get_their_own_verdict_from_one
     assert [code for code, _, _ in answers] == [200] * 3, answers
     honest, bare, wrong = (body for _, body, _ in answers)
     for answer in (honest, bare):
-        assert answer["status"] == "correct" and answer["correct"] is True
+        assert answer["status"] == "correct" and answer["correct"] is True, answer["message"]
         assert answer["speedup"] > 0 and answer["reward"] == pytest.approx(answer["speedup"])
         assert answer["reward_spec"].startswith("speedup:") and answer["problem_name"] == "ReLU"
         assert answer["timing"]["candidate"]["samples"] >= 3 and len(answer["trials"]) == 2
