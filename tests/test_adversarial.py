@@ -48,6 +48,7 @@ FLAGS = {
     "reduced_precision",
     "memory_limit",
     "custom_kernel_unused",
+    "timing_inconsistent",
 }
 KINDS = {"pytorch", "cpp_extension", "cuda_extension", "triton", "cuda_graph",
          "library_setting", "torch_compile"}

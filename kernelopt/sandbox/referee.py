@@ -421,20 +421,16 @@ class _Session:
         # One discarded round of the measured size: allocator and caches reach the state the
         # measured rounds will see (the first round of a fresh process is often much slower).
         self._timed_round(self._new_seeds(per_round), flip=True)
-        cand_ms, ref_ms, cand_over, ref_over = [], [], [], []
-        budget_end = time.monotonic() + self.options.timing_budget
-        rounds = 0
-        while True:
-            c, r, c_over, r_over = self._timed_round(self._new_seeds(per_round), flip=rounds % 2 == 1)
-            cand_ms += c
-            ref_ms += r
-            cand_over.append(c_over)
-            ref_over.append(r_over)
-            rounds += 1
-            if self._timing_done(cand_ms, ref_ms, rounds, budget_end, per_round * harness_s * 2):
-                break
+        cand_ms, ref_ms, slack_c, slack_r, rounds = self._measured_rounds(per_round, harness_s)
+        round_s = per_round * harness_s * 2
+        if (slack_c > self._wall_clock_allowance(timing.summarize(cand_ms).median_ms, slack_r)
+                and time.monotonic() + _MIN_ROUNDS * round_s < self.deadline - 1.0):
+            # A gross gap must show again in a fresh measurement: a busy host can preempt an
+            # honest worker during its loop, while forged timings or work hidden from the
+            # timer show every time. Only the fresh measurement is kept, so behaving well in
+            # it alone gains nothing.
+            cand_ms, ref_ms, slack_c, slack_r, rounds = self._measured_rounds(per_round, harness_s)
         cand_stats, ref_stats = timing.summarize(cand_ms), timing.summarize(ref_ms)
-        slack_c, slack_r = statistics.median(cand_over), statistics.median(ref_over)
         self._check_wall_clock(cand_stats.median_ms, slack_c, slack_r)
         # What the host clock says the candidate's call costs, trusting only the reference's
         # harness slack; used whenever the candidate's own timer claims noticeably less.
@@ -449,6 +445,22 @@ class _Session:
                       candidate_host_bound_ms=host_bound,
                       wall_speedup=(ref_stats.median_ms + slack_r) / (cand_stats.median_ms + slack_c),
                       reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c)
+
+    def _measured_rounds(self, per_round: int, harness_s: float):
+        """Measured rounds until _timing_done: per-call ms of both sides, the median per-call
+        loop time each side's timer did not account for, and the number of rounds."""
+        cand_ms, ref_ms, cand_over, ref_over = [], [], [], []
+        budget_end = time.monotonic() + self.options.timing_budget
+        rounds = 0
+        while True:
+            c, r, c_over, r_over = self._timed_round(self._new_seeds(per_round), flip=rounds % 2 == 1)
+            cand_ms += c
+            ref_ms += r
+            cand_over.append(c_over)
+            ref_over.append(r_over)
+            rounds += 1
+            if self._timing_done(cand_ms, ref_ms, rounds, budget_end, per_round * harness_s * 2):
+                return cand_ms, ref_ms, statistics.median(cand_over), statistics.median(ref_over), rounds
 
     def _timing_done(self, cand_ms, ref_ms, rounds: int, budget_end: float, round_s: float) -> bool:
         options = self.options
@@ -546,14 +558,18 @@ class _Session:
                                        f"({comparison.message}): correct when checked, wrong when timed",
                           ("inconsistent_outputs",))
 
+    @staticmethod
+    def _wall_clock_allowance(cand_median_ms: float, slack_r: float) -> float:
+        # Small gaps are noise or small forgeries: the speedup then uses the host-clock bound
+        # (see _timing_phase). Only a gross gap is rejected outright.
+        return 3 * slack_r + 1.0 + 0.5 * cand_median_ms
+
     def _check_wall_clock(self, cand_median_ms: float, slack_c: float, slack_r: float) -> None:
         """The host's clock brackets each worker's loop of calls. Per call, the loop time its
         own timer does not account for (cloning the output, loop bookkeeping) is the same
         harness work in both workers; a candidate whose timer under-reports (forged timings) or
         that does work between its timed regions shows a larger gap than the reference."""
-        # Small gaps are noise or small forgeries: the speedup then uses the host-clock bound
-        # (see _timing_phase). Only a gross gap is rejected outright.
-        allowance = 3 * slack_r + 1.0 + 0.5 * cand_median_ms
+        allowance = self._wall_clock_allowance(cand_median_ms, slack_r)
         passed = slack_c <= allowance
         self.checks.append(Check(name="wall_clock_consistency", passed=passed,
                                  detail=f"per-call loop time outside the timer: candidate {slack_c:.3f} ms, "
