@@ -5,7 +5,8 @@ tests/adversarial/honest/relu_cuda_extension.py) side by side:
   stock      torch.utils.cpp_extension.load_inline in a fresh process and build directory
   exact      kernelopt's builder, same compiler commands, nvcc's host and device chains at once
   fast       exact, plus the lean torch header for the CUDA source
-  fast+pch   fast, with torch/extension.h precompiled beforehand (`kernelopt cache warm`)
+  fast+pch   fast, after `kernelopt cache warm` for its flags: torch/extension.h and, for a CUDA
+             candidate, the CUDA host prefix precompiled beforehand (not timed)
   cached     a second request for the same build: cache lookup and copy for the worker
 Each cold build starts from an empty cache and build directory. Needs the CUDA build of torch
 and nvcc (no GPU: the build targets TORCH_CUDA_ARCH_LIST, default 9.0).
@@ -89,7 +90,9 @@ def time_ours(request: dict, mode: str) -> tuple[float, float, dict]:
         service = BuildService(BuildCache(Path(scratch) / "cache"), backend, mode.split("+")[0])
         parsed = parse_request(request)
         if mode.endswith("+pch"):
-            service.warm(parsed.extra_cflags)
+            service.warm(parsed.extra_cflags, with_cuda=bool(parsed.cuda_sources))
+            if parsed.cuda_sources:
+                service.warm_cuda(parsed.extra_cuda_cflags)
         begin = time.perf_counter()
         build = service.build(parsed, "cpu", time.monotonic() + 3600)
         cold = time.perf_counter() - begin
@@ -100,7 +103,8 @@ def time_ours(request: dict, mode: str) -> tuple[float, float, dict]:
         service.deliver(again, Path(scratch))
         cached = time.perf_counter() - begin
         assert again.cached
-        return cold, cached, {"lean": build.lean, "builder_seconds": build.seconds}
+        used = [line for line in build.log.splitlines() if line.startswith("[kernelopt]")]
+        return cold, cached, {"lean": build.lean, "builder_seconds": build.seconds, "notes": used}
 
 
 def main() -> None:

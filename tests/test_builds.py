@@ -21,6 +21,7 @@ from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import evaluate
 from kernelopt.sandbox.builds import BuildCache, BuildService, build_key, parse_request
 from kernelopt.sandbox.isolation import Backend
+from kernelopt.sandbox.worker import build_runner
 
 NONE = Backend("none", False, False, False)
 
@@ -186,7 +187,7 @@ def test_a_real_extension_is_built_once_then_loaded_from_the_cache(example, fast
     """With the header precompiled (`kernelopt cache warm`, for the candidate's -O3), the first
     evaluation builds with it, the second loads the cached library."""
     directory = str(tmp_path / "cache")
-    assert cli_main(["cache", "warm", "--dir", directory, "--cflag=-O3"]) == 0
+    assert cli_main(["cache", "warm", "--dir", directory, "--cflag=-O3", "--skip-cuda"]) == 0
     assert BuildCache(directory).info()["precompiled_headers"] == 1
     options = fast_options(timeout=600, correctness_trials=2, build_cache=directory)
     problem = load_problem(example("1_ReLU"))
@@ -217,3 +218,47 @@ def test_build_mode_off_builds_inside_the_sandbox(example, fast_options, tmp_pat
     result = evaluate(load_problem(example("1_ReLU")), BROKEN_CPP, options)
     assert result.status == "compile_error" and result.builds == []
     assert BuildCache(tmp_path / "cache").info()["entries"] == 0
+
+
+# -- the precompiled host prefix of CUDA sources (pure parts; the real build: test_cuda_build) --
+
+HOST_COMPILE = ('gcc -std=c++20 -D__CUDA_ARCH__=900 -c -x c++  -fPIC "-I/usr/local/cuda/include" -m64 '
+                '"/b1/nvcc-cuda.cuda.o/cuda.cudafe1.cpp" -o "/b1/cuda.cuda.o"')
+
+
+def _plan(final: str, build: str = "/b1") -> build_runner.NvccPlan:
+    host = [f'cudafe++ --m64 --gen_c_file_name "{build}/nvcc-cuda.cuda.o/cuda.cudafe1.cpp" x.ii']
+    return build_runner.NvccPlan({}, f"{build}/nvcc-cuda.cuda.o/cuda.module_id", host, ["cicc x"],
+                                 final.replace("/b1", build))
+
+
+def test_the_host_prefix_fits_compiles_that_differ_only_in_their_paths():
+    first, moved = _plan(HOST_COMPILE), _plan(HOST_COMPILE, "/elsewhere/b2")
+    assert build_runner.host_prefix_identity(first, "tc") == build_runner.host_prefix_identity(moved, "tc")
+    assert build_runner.host_prefix_identity(first, "tc") != build_runner.host_prefix_identity(first, "other")
+    optimized = _plan(HOST_COMPILE.replace("-fPIC", "-fPIC -O3"))
+    assert build_runner.host_prefix_identity(optimized, "tc") != build_runner.host_prefix_identity(first, "tc")
+    # Debug info would name the prefix's file; -Werror might see its diagnostic pragmas differ.
+    for flag in ("-g", "-ggdb", "-Werror"):
+        assert build_runner.host_prefix_identity(_plan(HOST_COMPILE.replace("-fPIC", f"-fPIC {flag}")), "tc") is None
+
+
+PREFIX = '# 1 "/warm/lean/cuda.cu"\n#pragma GCC diagnostic push\nnamespace at { int f(); }\n'
+
+
+@pytest.mark.parametrize("text, rest", [
+    ('# 1 "/b1/lean/cuda.cu"\n#pragma GCC diagnostic push\nnamespace at { int f(); }\n# 8 "/b1/lean/cuda.cu"\nint k;\n',
+     '# 8 "/b1/lean/cuda.cu"\nint k;\n'),
+    # Not the same header text, or the prefix ends inside a line, or no line marker follows.
+    ('# 1 "/b1/lean/cuda.cu"\n#pragma GCC diagnostic push\nnamespace at { int g(); }\n# 8 "x"\n', None),
+    ('# 1 "/b1/lean/cuda.cu"\n#pragma GCC diagnostic push\nnamespace at { int f(); }  int k;\n', None),
+    ('# 1 "/b1/lean/cuda.cu"\n#pragma GCC diagnostic push\nnamespace at { int f(); }\nint k;\n', None),
+    ('#pragma GCC diagnostic push\nnamespace at { int f(); }\n# 8 "x"\n', None),
+])
+def test_only_an_output_that_starts_with_the_whole_prefix_is_compiled_from_it(text, rest):
+    assert build_runner.remainder_after_prefix(text, PREFIX) == rest
+
+
+def test_the_first_line_and_nothing_else_may_differ():
+    assert build_runner.remainder_after_prefix(PREFIX + '# 2 "y"\n', PREFIX) == '# 2 "y"\n'
+    assert build_runner.remainder_after_prefix(PREFIX, PREFIX) is None  # nothing after it

@@ -14,6 +14,7 @@ Cache layout (root: $KERNELOPT_BUILD_CACHE or ~/.cache/kernelopt/builds):
   entries/KEY/NAME.so     the library (absent for a cached compile error)
   locks/KEY.lock          flock: one build per key at a time, across processes
   staging/                builds in progress; finished entries are renamed into entries/
+  pch/                    precompiled headers made by `kernelopt cache warm` (docs/builds.md)
 KEY hashes the request (sources, flags, module name), the build mode and the toolchain (torch,
 CUDA, nvcc and C++ compiler versions, target architectures). An entry whose files do not match
 its meta.json is deleted and rebuilt. The least recently used entries are evicted past the
@@ -41,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kernelopt.sandbox import isolation
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2  # 2: module ids from the toolchain (shared host prefix)
 BuildMode = Literal["fast", "exact", "stock"]
 BUILD_MODES = ("fast", "exact", "stock")
 DEFAULT_MAX_BYTES = 20 << 30
@@ -168,7 +169,8 @@ class BuildCache:
 
     @property
     def pch_root(self) -> Path:
-        """Precompiled torch/extension.h per (toolchain, C++ flags), made by `warm`."""
+        """Precompiled headers made by `warm`: torch/extension.h per (toolchain, C++ flags),
+        and cuda-*/prefix.h, the host prefix of CUDA sources per (toolchain, CUDA flags)."""
         return self.root / "pch"
 
     def entry_dir(self, key: str) -> Path:
@@ -317,16 +319,30 @@ class BuildService:
         shutil.copyfile(build.library, target)
         return str(target)
 
-    def warm(self, extra_cflags: list[str], device: str = "cpu", timeout: float = 1800.0) -> Path:
+    def warm(self, extra_cflags: list[str], device: str = "cpu", timeout: float = 1800.0,
+             with_cuda: bool = False) -> Path:
         """Precompile torch/extension.h for the C++ flags of extensions built with
-        `extra_cflags`; later `fast` builds with those flags compile main.cpp from it."""
+        `extra_cflags` (`with_cuda`: of extensions that also have CUDA sources, whose C++ flags
+        add the CUDA headers); later `fast` builds with those flags compile main.cpp from it."""
         request = parse_request({"builder": "load_inline", "name": "kernelopt_pch", "cpp_sources": [""],
-                                 "extra_cflags": list(extra_cflags)})
+                                 "extra_cflags": list(extra_cflags), "with_cuda": with_cuda or None})
+        return self._precompile(request, "pch", device, timeout)
+
+    def warm_cuda(self, extra_cuda_cflags: list[str], device: str = "cpu", timeout: float = 1800.0) -> Path:
+        """Precompile the host prefix of CUDA sources built with `extra_cuda_cflags` (what
+        load_inline puts in front of every CUDA source, as cudafe++ hands it to the host
+        compiler); later `fast` builds with those flags compile their host code from it."""
+        request = parse_request({"builder": "load_inline", "name": "kernelopt_pch", "cpp_sources": [""],
+                                 "cuda_sources": [""], "extra_cuda_cflags": list(extra_cuda_cflags),
+                                 "with_cuda": True})
+        return self._precompile(request, "pch-cuda", device, timeout)
+
+    def _precompile(self, request: BuildRequest, mode: str, device: str, timeout: float) -> Path:
         arch_list = target_architectures(device)
         staging = self.cache.root / "staging" / f"pch-{uuid.uuid4().hex[:12]}"
         (staging / "build").mkdir(parents=True)
         try:
-            result = run_builder(request, staging / "build", "pch", build_key(request, "pch", arch_list),
+            result = run_builder(request, staging / "build", mode, build_key(request, mode, arch_list),
                                  arch_list, self.backend, time.monotonic() + timeout)
             if not result["ok"]:
                 raise BuildFailure(_failure_text(result)[-3000:])
@@ -372,16 +388,24 @@ def target_architectures(device: str) -> str:
     return isolation.DEFAULT_CUDA_ARCH_LIST_WITHOUT_GPU
 
 
+def builder_spec(request: BuildRequest, build_dir: Path, mode: str, arch_list: str,
+                 pch_root: Path | None = None) -> dict:
+    """What the builder (worker/build_runner.py) is given: the request and where and how to
+    build it. The module id depends only on the toolchain, so that every build's cudafe++
+    output can share one precompiled host prefix (see the builder)."""
+    toolchain_key = hashlib.sha256(json.dumps(toolchain(arch_list), sort_keys=True).encode()).hexdigest()
+    return dict(request.model_dump(), build_dir=str(build_dir), mode=mode, toolchain_key=toolchain_key,
+                pch_root=str(pch_root) if pch_root else None,
+                module_name=request.name, module_id=f"_ko_{toolchain_key[:16]}")
+
+
 def run_builder(request: BuildRequest, build_dir: Path, mode: str, key: str, arch_list: str,
                 backend: isolation.Backend, deadline: float, pch_root: Path | None = None) -> dict:
     """Run worker/build_runner.py on the request in a sandbox whose only writable place is
     `build_dir`'s parent. Raises BuildFailure when it cannot finish."""
     scratch = build_dir.parent
     (scratch / "tmp").mkdir(exist_ok=True)
-    toolchain_key = hashlib.sha256(json.dumps(toolchain(arch_list), sort_keys=True).encode()).hexdigest()
-    spec = dict(request.model_dump(), build_dir=str(build_dir), mode=mode, toolchain_key=toolchain_key,
-                pch_root=str(pch_root) if pch_root else None,
-                module_name=request.name, module_id=f"_{key[:8]}_{len(request.name)}_{request.name}_{key[8:16]}")
+    spec = builder_spec(request, build_dir, mode, arch_list, pch_root)
     (scratch / "request.json").write_text(json.dumps(spec), encoding="utf-8")
     command = [sys.executable, "-E", "-s", "-c", _BOOT.format(path=str(_SANDBOX_DIR)),
                str(scratch / "request.json"), str(scratch / "result.json")]

@@ -19,8 +19,17 @@ Modes:
          the untouched source is compiled. Skips parsing the C++ frontend, pybind11 and Python
          headers twice per CUDA source (cudafe++ and cicc): about half the build.
 
-  pch    builds torch/extension.h.gch for the request's C++ flags (`kernelopt cache warm`);
-         `fast` builds use one that fits when the host offers it.
+         Also uses what `kernelopt cache warm` precompiled when it fits: torch/extension.h for
+         main.cpp, and the host prefix of CUDA sources (below). C++ sources of a build that
+         also compiles CUDA run at a lower priority: they are off the critical path (nvcc's
+         host chain), and on a small machine they would slow it down.
+
+  pch       builds torch/extension.h.gch for the request's C++ flags (`kernelopt cache warm`).
+  pch-cuda  builds the host prefix for the request's CUDA flags: the part of cudafe++'s output
+            (the host translation unit nvcc hands to the C++ compiler) that comes from the
+            headers load_inline puts at the top of every CUDA source, precompiled for the host
+            compile. A fast build whose cudafe++ output starts with exactly that text compiles
+            the rest with `-include` of it; the object is byte-identical to the plain compile's.
 
 Standard library and torch only.
 """
@@ -32,6 +41,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -74,6 +84,8 @@ def build(request: dict, log: list[str]) -> tuple[str, bool]:
     ninja = parse_ninja(os.path.join(build_dir, "build.ninja"))
     if request["mode"] == "pch":
         return make_precompiled_header(ninja["vars"], request, log), False
+    if request["mode"] == "pch-cuda":
+        return make_host_prefix(ninja, build_dir, request, log), False
     if request["mode"] == "stock":
         run(["ninja", "-v", "-C", build_dir], log, cwd=build_dir)
         lean = False
@@ -140,11 +152,12 @@ def build_objects(ninja: dict, build_dir: str, request: dict, log: list[str]) ->
     """Compile every object at once (C++ and CUDA side by side); True when a CUDA source was
     compiled with the lean header."""
     variables, steps, lean = ninja["vars"], [], []
+    with_cuda = any(rule == "cuda_compile" for _, rule, _ in ninja["builds"])
     for output, rule, inputs in ninja["builds"]:
         target = os.path.join(build_dir, output)
         if rule == "compile":
             steps.append(lambda source=inputs[0], target=target:
-                         compile_cpp(variables, source, target, request, log))
+                         compile_cpp(variables, source, target, request, log, background=with_cuda))
         elif rule == "cuda_compile":
             steps.append(lambda source=inputs[0], target=target:
                          compile_cuda(variables, source, target, request, log, lean))
@@ -154,12 +167,16 @@ def build_objects(ninja: dict, build_dir: str, request: dict, log: list[str]) ->
     return bool(lean)
 
 
-def compile_cpp(variables: dict, source: str, target: str, request: dict, log: list[str]) -> None:
+def compile_cpp(variables: dict, source: str, target: str, request: dict, log: list[str],
+                background: bool = False) -> None:
     """torch's C++ compile command, with the precompiled torch/extension.h when one fits; if
-    the compile fails with it, it runs again without (so it never causes an error)."""
+    the compile fails with it, it runs again without (so it never causes an error).
+    `background`: at a lower CPU priority (the same command; only the scheduling differs)."""
     command = (shlex.split(variables.get("cflags", "")) + ["-c", source, "-o", target]
                + shlex.split(variables.get("post_cflags", "")))
     cxx = shlex.split(variables["cxx"])
+    if background and shutil.which("nice"):
+        cxx = ["nice", "-n", "10"] + cxx
     header = precompiled_header_flags(variables, request, log)
     if header:
         try:
@@ -241,18 +258,28 @@ def link(ninja: dict, build_dir: str, log: list[str]) -> None:
 def compile_cuda(variables: dict, source: str, target: str, request: dict, log: list[str],
                  lean: list) -> None:
     flags = (shlex.split(variables.get("cuda_cflags", "")), shlex.split(variables.get("cuda_post_cflags", "")))
+    module_id = translation_unit_id(request["module_id"], source)
+    prefixes = host_prefix_finder(request) if request["mode"] == "fast" else None
     if request["mode"] == "fast":
         lean_source = lean_copy(source)
         if lean_source is not None:
             attempt: list[str] = []
             try:
-                split_nvcc(variables["nvcc"], flags, lean_source, target, request["module_id"], attempt)
+                split_nvcc(variables["nvcc"], flags, lean_source, target, module_id, attempt, prefixes)
+                log.extend(line for line in attempt if line.startswith("[kernelopt]"))
                 lean.append(source)
                 return
             except BuildFailed:
                 log.append(f"[kernelopt] {os.path.basename(source)} needs the full torch/extension.h; "
                            "compiling it unchanged\n")
-    split_nvcc(variables["nvcc"], flags, source, target, request["module_id"], log)
+    split_nvcc(variables["nvcc"], flags, source, target, module_id, log, prefixes)
+
+
+def translation_unit_id(base: str, source: str) -> str:
+    """The module id of one CUDA source: the build's (which depends only on the toolchain, so
+    that every build's cudafe++ output can share the precompiled host prefix) and the file
+    name, so two sources of one library never share one."""
+    return base + "_" + re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(source))
 
 
 def lean_copy(source: str) -> str | None:
@@ -271,31 +298,177 @@ def lean_copy(source: str) -> str | None:
     return path
 
 
+class NvccPlan:
+    """nvcc's steps for one source (from `--dryrun --keep`), split for running side by side."""
+
+    def __init__(self, environment: dict, module_id_file: str, host: list[str], device: list[str],
+                 final: str):
+        self.env = dict(os.environ, **environment)
+        self.module_id_file, self.host, self.device, self.final = module_id_file, host, device, final
+        cudafe = re.search(r'--gen_c_file_name\s+"([^"]+)"', host[-1])
+        output = re.search(r'\s-o\s+"([^"]+)"\s*$', final)
+        # The host compile's input (cudafe++'s output) and object, when they can be told apart.
+        self.host_source = cudafe.group(1) if cudafe and f'"{cudafe.group(1)}"' in final else None
+        self.host_object = output.group(1) if output else None
+
+
+def nvcc_plan(command: list[str], keep_dir: str, module_id: str) -> NvccPlan | None:
+    """nvcc's step list for `command`, or None when it does not have the expected shape."""
+    dry = subprocess.run(command + ["--dryrun", "--keep", "--keep-dir", keep_dir],
+                         capture_output=True, text=True)
+    if dry.returncode != 0 or not module_id:
+        return None
+    environment, steps = _dryrun_steps(dry.stderr)
+    cudafe = [i for i, s in enumerate(steps) if "cudafe++" in s and "--gen_module_id_file" in s]
+    if len(cudafe) != 1:
+        return None
+    index = cudafe[0]
+    match = re.search(r'--module_id_file_name\s+"([^"]+)"', steps[index])
+    if not match or not steps[-1].split()[0].endswith(("gcc", "g++", "c++", "cc")) or " -c " not in steps[-1]:
+        return None
+    host = steps[: index + 1]
+    host[index] = host[index].replace("--gen_module_id_file", "")
+    device = steps[index + 1: -1]
+    if not any("cicc" in s for s in device):
+        return None
+    return NvccPlan(environment, match.group(1), host, device, steps[-1])
+
+
 def split_nvcc(nvcc: str, flags: tuple[list[str], list[str]], source: str, target: str,
-               module_id: str, log: list[str]) -> None:
+               module_id: str, log: list[str], prefixes=None) -> None:
     """nvcc's own steps (from --dryrun) with its device chain beside its host chain.
 
     nvcc runs: host preprocess, cudafe++ (which also writes the module id), device
     preprocess, cicc, ptxas, fatbinary, host compile. Only cicc needs cudafe++'s output (the
     module id), so writing the id first lets the two chains run at once; the final host
-    compile needs both. Any step list that does not look like that runs as nvcc would."""
+    compile needs both. Any step list that does not look like that runs as nvcc would.
+    `prefixes`: finds a precompiled host prefix for the host compile (fast mode)."""
     before, after = flags
     keep_dir = os.path.join(os.path.dirname(target), "nvcc-" + os.path.basename(target))
     os.makedirs(keep_dir, exist_ok=True)
     command = shlex.split(nvcc) + before + ["-c", source, "-o", target] + after
-    dry = subprocess.run(command + ["--dryrun", "--keep", "--keep-dir", keep_dir],
-                         capture_output=True, text=True)
-    environment, steps = _dryrun_steps(dry.stderr)
-    plan = _plan(steps, module_id) if dry.returncode == 0 else None
+    plan = nvcc_plan(command, keep_dir, module_id)
     if plan is None:
         run(command, log, cwd=os.path.dirname(target))
         return
-    module_id_file, host_chain, device_chain, final = plan
-    with open(module_id_file, "w", encoding="utf-8") as handle:
+    with open(plan.module_id_file, "w", encoding="utf-8") as handle:
         handle.write(module_id)
-    env = dict(os.environ, **environment)
-    run_concurrently([lambda: _run_chain(host_chain, env, log), lambda: _run_chain(device_chain, env, log)])
-    _run_chain(final, env, log)
+    run_concurrently([lambda: _run_chain(plan.host, plan.env, log),
+                      lambda: _run_chain(plan.device, plan.env, log)])
+    prefix = prefixes(plan) if prefixes else None
+    if prefix is None or not compile_with_host_prefix(plan, prefix, log):
+        _run_chain([plan.final], plan.env, log)
+
+
+# -- the precompiled host prefix of CUDA sources --------------------------------------------
+
+_HOST_PREFIX = "prefix.h"
+_EPILOGUE = "\n#define _NV_ANON_NAMESPACE"  # cudafe++ output: after the code, before the stub
+
+
+def host_prefix_identity(plan: NvccPlan, toolchain_key: str) -> str | None:
+    """Which precompiled host prefix fits this host compile: a digest of the toolchain and the
+    compile command with its input and output paths left out. None: not one we can use
+    (no recognizable paths; debug info, whose file names would differ; -Werror, as the
+    header's diagnostic pragmas may not carry over)."""
+    if plan.host_source is None or plan.host_object is None or re.search(r"\s-(g|Werror)", plan.final):
+        return None
+    command = plan.final.replace(plan.host_source, "@INPUT").replace(plan.host_object, "@OUTPUT")
+    return hashlib.sha256(f"{toolchain_key}\n{command}".encode()).hexdigest()[:32]
+
+
+def host_prefix_finder(request: dict):
+    """plan -> the directory of the precompiled host prefix that fits it, or None."""
+    root = request.get("pch_root")
+    if not root:
+        return None
+
+    def find(plan: NvccPlan) -> str | None:
+        identity = host_prefix_identity(plan, request.get("toolchain_key", ""))
+        directory = os.path.join(root, "cuda-" + identity) if identity else ""
+        return directory if os.path.isfile(os.path.join(directory, _HOST_PREFIX + ".gch")) else None
+    return find
+
+
+def remainder_after_prefix(text: str, prefix: str) -> str | None:
+    """`text` without the prefix's lines, when it starts with them. The first line of each (a
+    line marker naming the main source file, whose path differs between builds) is not
+    compared; the remainder must start with a line marker, so that every line after the
+    prefix keeps its file and line."""
+    if not (text.startswith("# 1 ") and prefix.startswith("# 1 ")):
+        return None
+    start, body = text.find("\n") + 1, prefix[prefix.find("\n") + 1:]
+    if not body or not text.startswith(body, start):
+        return None
+    rest = text[start + len(body):]
+    return rest if rest.startswith("# ") else None
+
+
+def compile_with_host_prefix(plan: NvccPlan, directory: str, log: list[str]) -> bool:
+    """The host compile of cudafe++'s output with its header part read from the precompiled
+    prefix: the file keeps only what follows the prefix, and the compile command gains
+    `-include prefix.h` (GCC then loads prefix.h.gch). False, with the file unchanged, when
+    the output does not start with the prefix or that compile fails."""
+    prefix_path = os.path.join(directory, _HOST_PREFIX)
+    with open(plan.host_source, encoding="utf-8", errors="surrogateescape") as handle:
+        text = handle.read()
+    with open(prefix_path, encoding="utf-8", errors="surrogateescape") as handle:
+        rest = remainder_after_prefix(text, handle.read())
+    if rest is None:
+        return False
+    _write(plan.host_source, rest)
+    compiler, arguments = plan.final.split(" ", 1)
+    attempt: list[str] = []
+    try:
+        _run_chain([f"{compiler} -include {shlex.quote(prefix_path)} {arguments}"], plan.env, attempt)
+    except BuildFailed:
+        _write(plan.host_source, text)
+        log.append("[kernelopt] the host compile failed with the precompiled host prefix; "
+                   "compiling it without\n")
+        return False
+    log.extend(attempt)
+    log.append(f"[kernelopt] host compile uses the precompiled host prefix {os.path.basename(directory)}\n")
+    return True
+
+
+def make_host_prefix(ninja: dict, build_dir: str, request: dict, log: list[str]) -> str:
+    """Precompile the host prefix for the request's CUDA flags (its CUDA source is empty: all
+    that is left is what load_inline puts in front of every CUDA source); returns its
+    directory."""
+    variables = ninja["vars"]
+    output, _, inputs = next(b for b in ninja["builds"] if b[1] == "cuda_compile")
+    source, target = inputs[0], os.path.join(build_dir, output)
+    keep_dir = os.path.join(build_dir, "nvcc-prefix")
+    os.makedirs(keep_dir, exist_ok=True)
+    command = (shlex.split(variables["nvcc"]) + shlex.split(variables.get("cuda_cflags", ""))
+               + ["-c", source, "-o", target] + shlex.split(variables.get("cuda_post_cflags", "")))
+    plan = nvcc_plan(command, keep_dir, request["module_id"])
+    identity = host_prefix_identity(plan, request.get("toolchain_key", "")) if plan else None
+    if identity is None:
+        raise BuildFailed("nvcc's steps for these flags do not allow a precompiled host prefix")
+    with open(plan.module_id_file, "w", encoding="utf-8") as handle:
+        handle.write(translation_unit_id(request["module_id"], source))
+    _run_chain(plan.host, plan.env, log)
+    with open(plan.host_source, encoding="utf-8", errors="surrogateescape") as handle:
+        text = handle.read()
+    epilogue = text.rfind(_EPILOGUE)
+    end = text.rfind("\n", 0, epilogue)  # the line before is the stub's `# 1` line marker
+    if epilogue < 0 or end <= 0 or " -c -x c++ " not in plan.final:
+        raise BuildFailed("nvcc's host compile does not have the expected shape")
+    directory = os.path.join(build_dir, "pch", "cuda-" + identity)
+    os.makedirs(directory, exist_ok=True)
+    prefix_path = os.path.join(directory, _HOST_PREFIX)
+    _write(prefix_path, text[:end].rstrip("\n") + "\n")
+    header = (plan.final.replace(" -c -x c++ ", " -x c++-header ", 1)
+              .replace(f'"{plan.host_source}"', shlex.quote(prefix_path))
+              .replace(f'"{plan.host_object}"', shlex.quote(prefix_path + ".gch")))
+    _run_chain([header], plan.env, log)
+    return directory
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write(text)
 
 
 def _dryrun_steps(text: str) -> tuple[dict, list[str]]:
@@ -311,22 +484,6 @@ def _dryrun_steps(text: str) -> tuple[dict, list[str]]:
         else:
             steps.append(body)
     return environment, steps
-
-
-def _plan(steps: list[str], module_id: str):
-    cudafe = [i for i, s in enumerate(steps) if "cudafe++" in s and "--gen_module_id_file" in s]
-    if len(cudafe) != 1 or not module_id:
-        return None
-    index = cudafe[0]
-    match = re.search(r'--module_id_file_name\s+"([^"]+)"', steps[index])
-    if not match or not steps[-1].split()[0].endswith(("gcc", "g++", "c++", "cc")) or " -c " not in steps[-1]:
-        return None
-    host = steps[: index + 1]
-    host[index] = host[index].replace("--gen_module_id_file", "")
-    device = steps[index + 1: -1]
-    if not any("cicc" in s for s in device):
-        return None
-    return match.group(1), host, device, [steps[-1]]
 
 
 def _run_chain(chain: list[str], env: dict, log: list[str]) -> None:
