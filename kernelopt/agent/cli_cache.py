@@ -64,6 +64,8 @@ def run_cache(args) -> int:
 
 
 def warm(cache, args) -> dict:
+    import torch
+
     from kernelopt.agent.cli import EnvironmentFailure
     from kernelopt.sandbox import isolation
     from kernelopt.sandbox.builds import BuildFailure, BuildService
@@ -72,20 +74,23 @@ def warm(cache, args) -> dict:
         service = BuildService(cache, isolation.select_backend(args.isolation))
     except isolation.IsolationError as exc:
         raise UsageError(str(exc)) from exc
+    # Builds target the device's architecture (kernelopt.sandbox.builds.target_architectures),
+    # and so must what is precompiled for them.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     skipped = "--skip-cuda" if args.skip_cuda else cuda_build_missing()
     variants = [False] if skipped else [False, True]  # C++ flags without and with the CUDA headers
     headers = []
     for flags in [args.cflag] if args.cflag else [[], ["-O3"]]:
         for with_cuda in variants:
             try:
-                path = service.warm(flags, with_cuda=with_cuda)
+                path = service.warm(flags, device, with_cuda=with_cuda)
             except BuildFailure as exc:
                 raise EnvironmentFailure(f"precompiling torch/extension.h failed: {exc}") from exc
             headers.append({"extra_cflags": flags, "with_cuda": with_cuda, "path": str(path)})
     cuda_headers = []
     for flags in [] if skipped else [args.cuda_cflag] if args.cuda_cflag else [[], ["-O3"], ["-O3", "--use_fast_math"]]:
         try:
-            cuda_headers.append({"extra_cuda_cflags": flags, "path": str(service.warm_cuda(flags))})
+            cuda_headers.append({"extra_cuda_cflags": flags, "path": str(service.warm_cuda(flags, device))})
         except BuildFailure as exc:
             raise EnvironmentFailure(f"precompiling the CUDA host prefix failed: {exc}") from exc
     return {"root": str(cache.root), "headers": headers, "cuda_headers": cuda_headers, "cuda_skipped": skipped}
