@@ -29,7 +29,7 @@ def test_json_report_names_every_check_and_the_default_backend():
     report = json.loads(done.stdout)
     checks = checks_by_name(report)
     assert {"torch", "gpus", "driver", "nvcc", "ninja", "c++", "sandbox:bubblewrap", "sandbox:unshare",
-            "sandbox:docker", "sandbox:default"} <= set(checks)
+            "sandbox:docker", "sandbox:default", "build-cache"} <= set(checks)
     assert report["default_backend"] == isolation.select_backend("auto").name
     assert checks["torch"]["ok"] and checks["torch"]["required"]
     assert all(c["fix"] for c in report["checks"] if not c["ok"]), "every failed check says how to fix it"
@@ -94,3 +94,15 @@ def test_a_cuda_kernel_runs_inside_the_namespace_backend():
     checks = {c.name: c for c in report.checks}
     assert report.gpus and report.default_device == "cuda:0"
     assert checks["sandbox:bubblewrap+cuda"].ok, checks["sandbox:bubblewrap+cuda"].detail
+
+
+def test_an_unwarmed_build_cache_is_reported_with_the_command_that_warms_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELOPT_BUILD_CACHE", str(tmp_path / "cache"))
+    cold = doctor._check_build_cache({"build": "13.0"})
+    assert not cold.ok and not cold.required and "kernelopt cache warm" in cold.fix
+    (tmp_path / "cache" / "pch" / "0123abcd").mkdir(parents=True)  # torch/extension.h only
+    assert doctor._check_build_cache({"build": None}).ok  # enough for a CPU build of torch
+    assert not doctor._check_build_cache({"build": "13.0"}).ok  # CUDA sources would parse in full
+    (tmp_path / "cache" / "pch" / "cuda-4567ef01").mkdir()
+    warm = doctor._check_build_cache({"build": "13.0"})
+    assert warm.ok and "1 precompiled torch/extension.h, 1 CUDA host prefix" in warm.detail

@@ -56,6 +56,7 @@ def diagnose() -> Report:
     report.checks.append(_check_ninja())
     report.checks.append(_check_compiler())
     report.checks.extend(_check_backends(report))
+    report.checks.append(_check_build_cache(torch_cuda))
     if report.gpus and torch_check.ok:
         report.default_device = "cuda:0" if torch_cuda.get("available") else "cpu"
     return report
@@ -158,6 +159,21 @@ def _check_compiler() -> Check:
                      "install g++ (apt-get install g++)")
     _, out = _run([compiler, "--version"])
     return Check("c++", True, out.splitlines()[0] if out else compiler)
+
+
+def _check_build_cache(torch_cuda: dict) -> Check:
+    """Whether `kernelopt cache warm` has run for the default build cache: without it every
+    cold extension build parses torch's headers in full (docs/builds.md)."""
+    from kernelopt.sandbox.builds import default_cache_root
+
+    root = default_cache_root() / "pch"
+    names = [d.name for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
+    cuda = sum(name.startswith("cuda-") for name in names)
+    detail = f"{len(names) - cuda} precompiled torch/extension.h, {cuda} CUDA host prefix(es) in {root.parent}"
+    ok = len(names) > cuda and (cuda > 0 or not torch_cuda.get("build"))
+    fix = "" if ok else ("kernelopt cache warm (once per machine, a few minutes): cold extension builds "
+                         "then skip parsing torch's headers")
+    return Check("build-cache", ok, detail, fix)
 
 
 def _check_backends(report: Report) -> list[Check]:
