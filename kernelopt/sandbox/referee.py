@@ -343,9 +343,12 @@ class _Session:
         Returns the reference's results for them when they were not known (None otherwise)."""
         seeds = [self.trial_seeds[i] for i in indices]
         message = {"cmd": "run", "seeds": seeds, "hash_inputs": True, "return_outputs": True}
+        # The candidate's trial outputs are compared in full here, so it skips fingerprinting
+        # them; the reference's fingerprints check its replays against the kept outputs.
+        trials = dict(message, fingerprints=False)
         fresh = None
         if self.expected is None:
-            replies, blobs = self._ask_both({self.candidate: message, self.reference: message}, with_blobs=True)
+            replies, blobs = self._ask_both({self.candidate: trials, self.reference: message}, with_blobs=True)
             fresh = self._reference_trials(replies[self.reference], blobs[self.reference], seeds)
             expected_calls, expected_outputs = fresh.calls, fresh.outputs
         else:
@@ -353,7 +356,7 @@ class _Session:
             # (nothing sent back but fingerprints), so that when timing starts it has made the
             # same calls as the candidate: a stateful reference stays comparable.
             replay = {"cmd": "run", "seeds": seeds}
-            replies, blobs = self._ask_both({self.candidate: message, self.reference: replay}, with_blobs=True)
+            replies, blobs = self._ask_both({self.candidate: trials, self.reference: replay}, with_blobs=True)
             self._check_replay(self._parse_run(replies[self.reference], seeds, trusted=True), indices)
             expected_calls = [self.expected.calls[i] for i in indices]
             expected_outputs = [self.expected.outputs[i] for i in indices]

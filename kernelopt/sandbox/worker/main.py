@@ -254,7 +254,8 @@ class Worker:
         All input sets of the request are generated first (distinct tensors, so no two calls
         see the same addresses), then the calls run back to back; each output is cloned
         outside the timed region and the call's own output released, so the allocator behaves
-        as in an ordinary loop. Fingerprints are computed after the last call.
+        as in an ordinary loop. Fingerprints are computed after the last call, unless the
+        message says `"fingerprints": false` (outputs the host compares in full).
         """
         from . import measure
 
@@ -279,7 +280,7 @@ class Worker:
         for index, (seed, inputs, (event_ms, host_ms, kept, aliased)) in enumerate(zip(seeds, all_inputs, timed)):
             record = {"seed": seed, "ms": event_ms, "host_ms": host_ms, "aliases_input": aliased,
                       "meta": [[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
-                      "fingerprints": [self.fingerprint(t) for t in kept],
+                      "fingerprints": [self.fingerprint(t) for t in kept] if msg.get("fingerprints", True) else [],
                       "input_bytes": sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs))}
             if hash_inputs:
                 record["inputs_before"], record["inputs_after"] = before[index], measure.digest(inputs)
