@@ -349,8 +349,7 @@ class _Session:
         fresh = None
         if self.expected is None:
             replies, blobs = self._ask_both({self.candidate: trials, self.reference: message}, with_blobs=True)
-            fresh = self._reference_trials(replies[self.reference], blobs[self.reference], seeds)
-            expected_calls, expected_outputs = fresh.calls, fresh.outputs
+            fresh = expected = self._reference_trials(replies[self.reference], blobs[self.reference], seeds)
         else:
             # The reference's outputs for these seeds are known. It still runs the same calls
             # (nothing sent back but fingerprints), so that when timing starts it has made the
@@ -358,23 +357,22 @@ class _Session:
             replay = {"cmd": "run", "seeds": seeds}
             replies, blobs = self._ask_both({self.candidate: trials, self.reference: replay}, with_blobs=True)
             self._check_replay(self._parse_run(replies[self.reference], seeds, trusted=True), indices)
-            expected_calls = [self.expected.calls[i] for i in indices]
-            expected_outputs = [self.expected.outputs[i] for i in indices]
+            expected = ReferenceTrials(calls=[self.expected.calls[i] for i in indices],
+                                       outputs=[self.expected.outputs[i] for i in indices])
         cand = self._parse_run(replies[self.candidate], seeds)
         self._raise_violations(cand.violations)
         self._check_sandbox_census()
-        for position, (c, r) in enumerate(zip(cand.calls, expected_calls)):
+        for position, (c, r) in enumerate(zip(cand.calls, expected.calls)):
             self._check_call_invariants(c, r)
             self._check_inputs(c, r)
             try:
                 out = compare.load_tensors(blobs[self.candidate][position])
             except (compare.BadOutputBlob, IndexError) as exc:
                 raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
-            comparison = compare.compare_outputs(out, expected_outputs[position], self.options)
+            comparison = compare.compare_outputs(out, expected.outputs[position], self.options)
             self.reduced_precision |= comparison.reduced_precision
             self.trials.append(compare.trial_result(indices[position], seeds[position], comparison))
-            output_bytes = sum(t.numel() * t.element_size() for t in expected_outputs[position])
-            self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + output_bytes)
+            self.bytes_per_call = max(self.bytes_per_call, r.input_bytes + expected.output_bytes(position))
         return fresh
 
     def _reference_trials(self, reply: dict, blobs: list[bytes], seeds: list[int]) -> ReferenceTrials:
@@ -424,16 +422,18 @@ class _Session:
         # One discarded round of the measured size: allocator and caches reach the state the
         # measured rounds will see (the first round of a fresh process is often much slower).
         self._timed_round(self._new_seeds(per_round), flip=True)
-        cand_ms, ref_ms, slack_c, slack_r, rounds = self._measured_rounds(per_round, harness_s)
         round_s = per_round * harness_s * 2
-        if (slack_c > self._wall_clock_allowance(timing.summarize(cand_ms).median_ms, slack_r)
+        cand_ms, ref_ms, slack_c, slack_r, rounds = self._measured_rounds(per_round, round_s)
+        cand_stats = timing.summarize(cand_ms)
+        if (slack_c > self._wall_clock_allowance(cand_stats.median_ms, slack_r)
                 and time.monotonic() + _MIN_ROUNDS * round_s < self.deadline - 1.0):
             # A gross gap must show again in a fresh measurement: a busy host can preempt an
             # honest worker during its loop, while forged timings or work hidden from the
             # timer show every time. Only the fresh measurement is kept, so behaving well in
             # it alone gains nothing.
-            cand_ms, ref_ms, slack_c, slack_r, rounds = self._measured_rounds(per_round, harness_s)
-        cand_stats, ref_stats = timing.summarize(cand_ms), timing.summarize(ref_ms)
+            cand_ms, ref_ms, slack_c, slack_r, rounds = self._measured_rounds(per_round, round_s)
+            cand_stats = timing.summarize(cand_ms)
+        ref_stats = timing.summarize(ref_ms)
         self._check_wall_clock(cand_stats.median_ms, slack_c, slack_r)
         # What the host clock says the candidate's call costs, trusting only the reference's
         # harness slack; used whenever the candidate's own timer claims noticeably less.
@@ -449,9 +449,10 @@ class _Session:
                       wall_speedup=(ref_stats.median_ms + slack_r) / (cand_stats.median_ms + slack_c),
                       reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c)
 
-    def _measured_rounds(self, per_round: int, harness_s: float):
-        """Measured rounds until _timing_done: per-call ms of both sides, the median per-call
-        loop time each side's timer did not account for, and the number of rounds."""
+    def _measured_rounds(self, per_round: int, round_s: float):
+        """Measured rounds (each expected to take `round_s`) until _timing_done: per-call ms of
+        both sides, the median per-call loop time each side's timer did not account for, and
+        the number of rounds."""
         cand_ms, ref_ms, cand_over, ref_over = [], [], [], []
         budget_end = time.monotonic() + self.options.timing_budget
         rounds = 0
@@ -462,7 +463,7 @@ class _Session:
             cand_over.append(c_over)
             ref_over.append(r_over)
             rounds += 1
-            if self._timing_done(cand_ms, ref_ms, rounds, budget_end, per_round * harness_s * 2):
+            if self._timing_done(cand_ms, ref_ms, rounds, budget_end, round_s):
                 return cand_ms, ref_ms, statistics.median(cand_over), statistics.median(ref_over), rounds
 
     def _timing_done(self, cand_ms, ref_ms, rounds: int, budget_end: float, round_s: float) -> bool:

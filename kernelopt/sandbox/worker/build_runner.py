@@ -257,7 +257,6 @@ def link(ninja: dict, build_dir: str, log: list[str]) -> None:
 
 def compile_cuda(variables: dict, source: str, target: str, request: dict, log: list[str],
                  lean: list) -> None:
-    flags = (shlex.split(variables.get("cuda_cflags", "")), shlex.split(variables.get("cuda_post_cflags", "")))
     module_id = translation_unit_id(request["module_id"], source)
     prefixes = host_prefix_finder(request) if request["mode"] == "fast" else None
     if request["mode"] == "fast":
@@ -265,14 +264,20 @@ def compile_cuda(variables: dict, source: str, target: str, request: dict, log: 
         if lean_source is not None:
             attempt: list[str] = []
             try:
-                split_nvcc(variables["nvcc"], flags, lean_source, target, module_id, attempt, prefixes)
+                split_nvcc(nvcc_command(variables, lean_source, target), target, module_id, attempt, prefixes)
                 log.extend(line for line in attempt if line.startswith("[kernelopt]"))
                 lean.append(source)
                 return
             except BuildFailed:
                 log.append(f"[kernelopt] {os.path.basename(source)} needs the full torch/extension.h; "
                            "compiling it unchanged\n")
-    split_nvcc(variables["nvcc"], flags, source, target, module_id, log, prefixes)
+    split_nvcc(nvcc_command(variables, source, target), target, module_id, log, prefixes)
+
+
+def nvcc_command(variables: dict, source: str, target: str) -> list[str]:
+    """torch's nvcc command (from build.ninja) for one source."""
+    return (shlex.split(variables["nvcc"]) + shlex.split(variables.get("cuda_cflags", ""))
+            + ["-c", source, "-o", target] + shlex.split(variables.get("cuda_post_cflags", "")))
 
 
 def translation_unit_id(base: str, source: str) -> str:
@@ -312,8 +317,12 @@ class NvccPlan:
         self.host_object = output.group(1) if output else None
 
 
-def nvcc_plan(command: list[str], keep_dir: str, module_id: str) -> NvccPlan | None:
-    """nvcc's step list for `command`, or None when it does not have the expected shape."""
+def nvcc_plan(command: list[str], target: str, module_id: str) -> NvccPlan | None:
+    """nvcc's step list for `command` (which builds `target`), its files kept beside `target`,
+    with `module_id` written to the file its steps read; None when the list does not have
+    the expected shape."""
+    keep_dir = os.path.join(os.path.dirname(target), "nvcc-" + os.path.basename(target))
+    os.makedirs(keep_dir, exist_ok=True)
     dry = subprocess.run(command + ["--dryrun", "--keep", "--keep-dir", keep_dir],
                          capture_output=True, text=True)
     if dry.returncode != 0 or not module_id:
@@ -331,11 +340,11 @@ def nvcc_plan(command: list[str], keep_dir: str, module_id: str) -> NvccPlan | N
     device = steps[index + 1: -1]
     if not any("cicc" in s for s in device):
         return None
+    _write(match.group(1), module_id)
     return NvccPlan(environment, match.group(1), host, device, steps[-1])
 
 
-def split_nvcc(nvcc: str, flags: tuple[list[str], list[str]], source: str, target: str,
-               module_id: str, log: list[str], prefixes=None) -> None:
+def split_nvcc(command: list[str], target: str, module_id: str, log: list[str], prefixes=None) -> None:
     """nvcc's own steps (from --dryrun) with its device chain beside its host chain.
 
     nvcc runs: host preprocess, cudafe++ (which also writes the module id), device
@@ -343,16 +352,10 @@ def split_nvcc(nvcc: str, flags: tuple[list[str], list[str]], source: str, targe
     module id), so writing the id first lets the two chains run at once; the final host
     compile needs both. Any step list that does not look like that runs as nvcc would.
     `prefixes`: finds a precompiled host prefix for the host compile (fast mode)."""
-    before, after = flags
-    keep_dir = os.path.join(os.path.dirname(target), "nvcc-" + os.path.basename(target))
-    os.makedirs(keep_dir, exist_ok=True)
-    command = shlex.split(nvcc) + before + ["-c", source, "-o", target] + after
-    plan = nvcc_plan(command, keep_dir, module_id)
+    plan = nvcc_plan(command, target, module_id)
     if plan is None:
         run(command, log, cwd=os.path.dirname(target))
         return
-    with open(plan.module_id_file, "w", encoding="utf-8") as handle:
-        handle.write(module_id)
     run_concurrently([lambda: _run_chain(plan.host, plan.env, log),
                       lambda: _run_chain(plan.device, plan.env, log)])
     prefix = prefixes(plan) if prefixes else None
@@ -435,19 +438,13 @@ def make_host_prefix(ninja: dict, build_dir: str, request: dict, log: list[str])
     """Precompile the host prefix for the request's CUDA flags (its CUDA source is empty: all
     that is left is what load_inline puts in front of every CUDA source); returns its
     directory."""
-    variables = ninja["vars"]
     output, _, inputs = next(b for b in ninja["builds"] if b[1] == "cuda_compile")
     source, target = inputs[0], os.path.join(build_dir, output)
-    keep_dir = os.path.join(build_dir, "nvcc-prefix")
-    os.makedirs(keep_dir, exist_ok=True)
-    command = (shlex.split(variables["nvcc"]) + shlex.split(variables.get("cuda_cflags", ""))
-               + ["-c", source, "-o", target] + shlex.split(variables.get("cuda_post_cflags", "")))
-    plan = nvcc_plan(command, keep_dir, request["module_id"])
+    plan = nvcc_plan(nvcc_command(ninja["vars"], source, target), target,
+                     translation_unit_id(request["module_id"], source))
     identity = host_prefix_identity(plan, request.get("toolchain_key", "")) if plan else None
     if identity is None:
         raise BuildFailed("nvcc's steps for these flags do not allow a precompiled host prefix")
-    with open(plan.module_id_file, "w", encoding="utf-8") as handle:
-        handle.write(translation_unit_id(request["module_id"], source))
     _run_chain(plan.host, plan.env, log)
     with open(plan.host_source, encoding="utf-8", errors="surrogateescape") as handle:
         text = handle.read()
