@@ -1,12 +1,15 @@
 """Wall time of judging 20 candidates: one batch `kernelopt eval` against 20 separate ones.
 
-The candidates are copies of examples/candidates/1_ReLU/relu_clamp.py made distinct by a
-comment, judged against examples/level1/1_ReLU.py with the same options both ways. The batch
+The candidates are copies of one candidate (default examples/candidates/1_ReLU/relu_clamp.py)
+made distinct by a comment, judged against its problem (default examples/level1/1_ReLU.py)
+with the same options both ways. The batch
 keeps the reference worker warm, starts candidate workers ahead and compares with the
 reference's kept correctness outputs; the separate runs pay the CLI's start-up, both workers'
 start-up and the reference's trials every time. Usage:
 
     .venv/bin/python benchmarks/batch_eval.py [--count 20] [--device cpu] [--timing-budget 2] [--jobs 2]
+        [--problem examples/level1/4_RedundantSoftmax.py
+         --candidate examples/candidates/4_RedundantSoftmax/drop_dead_work.py]
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,19 +31,18 @@ CANDIDATE = REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py"
 KERNELOPT = str(Path(sys.executable).parent / "kernelopt")
 
 
-def write_candidates(folder: Path, count: int) -> list[Path]:
-    source = CANDIDATE.read_text(encoding="utf-8")
+def write_candidates(folder: Path, candidate: Path, count: int) -> list[Path]:
+    source = candidate.read_text(encoding="utf-8")
     paths = []
     for number in range(count):
-        path = folder / f"relu_clamp_{number:02d}.py"
+        path = folder / f"{candidate.stem}_{number:02d}.py"
         path.write_text(f"{source}\n# copy {number}\n", encoding="utf-8")
         paths.append(path)
     return paths
 
 
 def eval_command(candidates: list[Path], options: list[str]) -> list[str]:
-    return [KERNELOPT, "eval", "--reference", str(PROBLEM), "--candidate", *map(str, candidates),
-            "--json", *options]
+    return [KERNELOPT, "eval", "--candidate", *map(str, candidates), "--json", *options]
 
 
 def run_batch(candidates: list[Path], options: list[str], jobs: int) -> tuple[float, list[dict]]:
@@ -59,6 +62,10 @@ def run_separately(candidates: list[Path], options: list[str]) -> tuple[float, l
     return time.perf_counter() - begin, results
 
 
+def _precision(result: dict) -> float:
+    return result["timing"].get("speedup_precision") or float("nan")
+
+
 def machine() -> str:
     return (f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
             f"load average {os.getloadavg()[0]:.2f}, Python {platform.python_version()}")
@@ -70,11 +77,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--timing-budget", type=float, default=2.0)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--problem", type=Path, default=PROBLEM)
+    parser.add_argument("--candidate", type=Path, default=CANDIDATE)
     args = parser.parse_args()
-    options = ["--device", args.device, "--timing-budget", str(args.timing_budget)]
+    options = ["--reference", str(args.problem), "--device", args.device, "--timing-budget", str(args.timing_budget)]
     print(f"machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="kernelopt-batch-bench-") as folder:
-        candidates = write_candidates(Path(folder), args.count)
+        candidates = write_candidates(Path(folder), args.candidate, args.count)
         batch_wall, batch_results = run_batch(candidates, options, args.jobs)
         print(f"machine after the batch: {machine()}")
         separate_wall, separate_results = run_separately(candidates, options)
@@ -84,7 +93,12 @@ def main() -> None:
         speedups = sorted(r["speedup"] for r in results if r["speedup"] is not None)
         print(f"{name}: {len(results)} verdicts {statuses}, speedups {speedups[0]:.2f}-{speedups[-1]:.2f}x "
               f"(median {speedups[len(speedups) // 2]:.2f}x)")
-    print(f"{args.count} candidates, {' '.join(options)}")
+        timed = [r for r in results if r.get("timing")]
+        if timed:
+            print(f"  timing phase: median {statistics.median(r['durations']['timing'] for r in timed):.2f} s, "
+                  f"{statistics.median(r['timing']['candidate']['samples'] for r in timed):.0f} calls a side, "
+                  f"speedup known to +-{statistics.median(_precision(r) for r in timed):.1%} (median)")
+    print(f"{args.count} copies of {args.candidate.name}, {' '.join(options)}")
     print(f"one batch `kernelopt eval --candidate c1..c{args.count} --jobs {args.jobs}`: {batch_wall:.1f} s "
           f"({batch_wall / args.count:.2f} s per candidate)")
     print(f"{args.count} separate `kernelopt eval` processes: {separate_wall:.1f} s "

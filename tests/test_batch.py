@@ -29,6 +29,13 @@ WRONG_FROM_THE_THIRD_CALL = ("import torch\nclass ModelNew(torch.nn.Module):\n  
                              "    def forward(self, x):\n        ModelNew.calls += 1\n"
                              "        return torch.relu(x) * (1 if ModelNew.calls < 3 else 2)\n")
 
+# Raises in its Nth forward call: the 6th is the first call of the warm-up round, which the
+# candidate runs first; the 9th is in the next round, which the reference runs first.
+RAISES_AT_CALL = ("import torch\nclass ModelNew(torch.nn.Module):\n    calls = 0\n"
+                  "    def forward(self, x):\n        ModelNew.calls += 1\n"
+                  "        if ModelNew.calls == {call}:\n            raise RuntimeError('gave up at call {call}')\n"
+                  "        return torch.relu(x)\n")
+
 STATEFUL_PROBLEM = '''
 import torch
 import torch.nn as nn
@@ -122,6 +129,21 @@ def test_each_candidate_of_a_batch_gets_its_own_verdict_with_one_warm_reference(
     assert len(set(candidate_pids)) == len(sources) and reference not in candidate_pids
     # A spare was started for whatever comes next, and it is none of the used ones.
     assert spare is not None and spare not in candidate_pids and spare != reference
+
+
+def test_a_candidate_that_fails_midway_through_a_timed_round_leaves_the_reference_in_step(example, fast_options):
+    # Both workers make a round's inputs before either loop runs, so a candidate failing in
+    # its loop leaves the reference waiting for "go" (6th call) or for "report" (9th): the
+    # reference is walked through the rest of the round, and the next candidate uses it.
+    problem = load_problem(example("1_ReLU"))
+    sources = [RAISES_AT_CALL.format(call=6), RAISES_AT_CALL.format(call=9), CORRECT]
+    with Evaluator(problem, fast_options(), jobs=1) as evaluator:
+        results = dict(evaluator.evaluate_many(sources))
+        used = sorted(evaluator.workers_used, key=lambda u: u.serial)
+    assert [results[i].status for i in range(3)] == ["runtime_error", "runtime_error", "correct"], \
+        [r.message for r in results.values()]
+    assert "gave up at call 6" in results[0].message and "gave up at call 9" in results[1].message
+    assert len({u.reference_pid for u in used}) == 1
 
 
 def test_a_dead_reference_is_replaced_and_the_spare_takes_the_next_candidate(example, fast_options):

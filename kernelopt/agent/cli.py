@@ -113,6 +113,9 @@ def add_judging_options(p) -> None:
                         "Dockerfile)")
     p.add_argument("--timing-budget", type=float, default=10.0, metavar="S",
                    help="seconds spent timing at most (default 10)")
+    p.add_argument("--timing-precision", type=float, default=0.05, metavar="P",
+                   help="stop timing once the speedup's 95%% confidence interval is within +-P "
+                        "(default 0.05; the time budget still caps it)")
     p.add_argument("--pin-timing", choices=["auto", "on", "off"], default="auto",
                    help="run both workers' timed calls on one CPU core (default auto: on for CUDA, "
                         "see docs/referee.md)")
@@ -129,8 +132,8 @@ def judging_options(args) -> dict:
     return dict(device=args.device, timeout=args.timeout, memory_limit=args.memory_limit,
                 correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
                 max_rel_error=args.max_rel_error, precision_policy=args.precision_policy,
-                isolation=args.isolation, image=args.image, timing_budget=args.timing_budget, seed=args.seed,
-                pin_timing=args.pin_timing, build_mode=args.build_mode, build_cache=args.build_cache)
+                isolation=args.isolation, image=args.image, timing_budget=args.timing_budget,
+                target_precision=args.timing_precision, seed=args.seed, pin_timing=args.pin_timing, build_mode=args.build_mode, build_cache=args.build_cache)
 
 
 def run_eval(args) -> int:

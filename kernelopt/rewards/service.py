@@ -53,7 +53,8 @@ from kernelopt.sandbox.results import EvalOptions, EvalResult
 # decides where and how safely code runs (device, isolation, memory, builds, timeout) and the
 # secret seeds stay the operator's.
 REQUEST_OPTIONS = ("correctness_trials", "atol", "rtol", "max_rel_error", "precision_policy", "warmup_calls",
-                   "min_timed_calls", "max_timed_calls", "target_rel_spread", "timing_budget", "outlier_speedup")
+                   "min_timed_calls", "max_timed_calls", "target_rel_spread", "target_precision", "timing_budget",
+                   "outlier_speedup")
 EVALUATE_FIELDS = ("problem", "completion", "reward", "options")
 # Special tokens a decoded query may end with (OpenRLHF decodes with skip_special_tokens=False).
 _TRAILING_SPECIAL_TOKENS = re.compile(r"(?:\s*(?:<\|[^|<>\s]{1,40}\|>|</s>|<eos>|<end_of_turn>))+\s*\Z")

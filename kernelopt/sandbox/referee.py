@@ -44,6 +44,7 @@ _MAX_CALLS_PER_ROUND = 50
 _MIN_ROUNDS = 3  # interleaving: no single round (one slow moment of one side) decides
 _ROUND_BYTES = 1 << 30  # inputs generated up front + outputs kept for the sampled comparison
 _LOG_EXCERPT = 8000
+_SETTLE_S = 30.0  # for the reference to finish a round a candidate's verdict cut short
 
 
 class Verdict(Exception):
@@ -447,6 +448,7 @@ class _Session:
                       calls_per_round=per_round, reference_ms=ref_stats.median_ms, candidate_ms=believed,
                       candidate_host_bound_ms=host_bound,
                       wall_speedup=(ref_stats.median_ms + slack_r) / (cand_stats.median_ms + slack_c),
+                      speedup_precision=timing.speedup_precision(cand_ms, ref_ms),
                       reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c)
 
     def _measured_rounds(self, per_round: int, round_s: float):
@@ -473,20 +475,43 @@ class _Session:
         if min(len(cand_ms), len(ref_ms)) >= options.max_timed_calls and rounds >= _MIN_ROUNDS:
             return True
         enough = min(len(cand_ms), len(ref_ms)) >= options.min_timed_calls and rounds >= _MIN_ROUNDS
+        if not enough:
+            return False
         settled = all(timing.spread_settled(s, options.min_timed_calls, options.target_rel_spread)
                       for s in (cand_ms, ref_ms))
+        precise = timing.speedup_precision(cand_ms, ref_ms) <= options.target_precision
         out_of_time = time.monotonic() + round_s > min(budget_end, self.deadline - 1.0)
-        return enough and (settled or out_of_time)
+        return settled or precise or out_of_time
 
     def _timed_round(self, seeds: list[int], flip: bool):
-        """One round: candidate then reference (or the reverse), the same secret inputs.
-        Returns per-call ms of both and each side's per-call time in its call loop that its
-        own timer did not account for, as the host's clock saw it."""
+        """One round: both workers make the same secret inputs side by side, then each runs
+        its calls with the host to itself (candidate first, or the reference), then both
+        fingerprint their outputs side by side. Returns per-call ms of both and each side's
+        per-call time in its call loop that its own timer did not account for, as the host's
+        clock saw it."""
         message = {"cmd": "run", "seeds": seeds, "timed": True, "retain": True, "pin_cpu": self.timing_cpu}
         order = [self.reference, self.candidate] if flip else [self.candidate, self.reference]
-        replies, loops = {}, {}
-        for worker in order:
-            replies[worker], loops[worker] = self._timed_run(worker, message)
+        reference_left = ["ready", "go", "report"]  # the reference's steps of this round still to come
+        loops = {}
+        try:
+            for worker in (self.reference, self.candidate):
+                self._send(worker, message)
+            for worker in (self.reference, self.candidate):  # the reference first: its failure is the problem's
+                self._expect(worker, "ready")
+                if worker is self.reference:
+                    reference_left.remove("ready")
+            for worker in order:
+                loops[worker] = self._timed_loop(worker)
+                if worker is self.reference:
+                    reference_left.remove("go")
+            for worker in (self.reference, self.candidate):
+                self._send(worker, {"cmd": "report"})
+            reference_left.remove("report")
+            replies = {worker: self._receive(worker, with_blobs=True)[0]
+                       for worker in (self.reference, self.candidate)}
+        except (Verdict, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
+            self._settle_reference(reference_left)
+            raise
         cand = self._parse_run(replies[self.candidate], seeds)
         ref = self._parse_run(replies[self.reference], seeds, trusted=True)
         self._raise_violations(cand.violations)
@@ -505,19 +530,25 @@ class _Session:
         return (cand_ms, ref_ms, (loops[self.candidate] - sum(cand_ms)) / n,
                 (loops[self.reference] - sum(ref_ms)) / n)
 
-    def _timed_run(self, worker: WorkerProcess, message: dict) -> tuple[dict, float]:
-        """run with the ready/go/done handshake: the host's clock brackets the call loop."""
+    def _timed_loop(self, worker: WorkerProcess) -> float:
+        """go ... done: the host's clock brackets the worker's loop of calls (ms)."""
+        begin = time.perf_counter()
+        self._send(worker, {"cmd": "go"})
+        self._expect(worker, "done")
+        return (time.perf_counter() - begin) * 1e3
+
+    def _settle_reference(self, steps: list[str]) -> None:
+        """The candidate's verdict ended a round midway: the warm reference worker takes the
+        steps it still had, so it is back in step with the host for the next candidate. When
+        that fails, the Evaluator's check before the next candidate replaces it."""
+        deadline = time.monotonic() + _SETTLE_S
         try:
-            worker.send(message)
-            self._expect(worker, "ready")
-            begin = time.perf_counter()
-            worker.send({"cmd": "go"})
-            self._expect(worker, "done")
-            loop_ms = (time.perf_counter() - begin) * 1e3
-            reply, _ = self._receive(worker, with_blobs=True)
-        except (WorkerDied, WorkerTimeout) as exc:
-            raise self._attribute(worker, exc) from None
-        return reply, loop_ms
+            for step in steps:
+                if step != "ready":
+                    self.reference.send({"cmd": step})
+                self.reference.receive(deadline)
+        except (WorkerDied, WorkerTimeout):
+            pass
 
     def _expect(self, worker: WorkerProcess, key: str) -> None:
         reply, _ = self._receive(worker)
@@ -548,11 +579,12 @@ class _Session:
         """Compare in full one timed call, chosen only after the round ran, so a candidate
         cannot know which of its timed outputs will be checked element by element."""
         index = self._seed_source.randrange(count)
+        fetch = {"cmd": "fetch", "index": index}
+        _, blobs = self._ask_both({self.candidate: fetch, self.reference: fetch}, with_blobs=True)
         outputs = {}
         for worker in (self.candidate, self.reference):
-            _, blobs = self._ask(worker, {"cmd": "fetch", "index": index})
             try:
-                outputs[worker] = compare.load_tensors(blobs[0])
+                outputs[worker] = compare.load_tensors(blobs[worker][0])
             except (compare.BadOutputBlob, IndexError) as exc:
                 raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
         comparison = compare.compare_outputs(outputs[self.candidate], outputs[self.reference], self.options)
@@ -619,34 +651,36 @@ class _Session:
 
     # -- talking to workers -----------------------------------------------------------------
 
-    def _ask(self, worker: WorkerProcess, message: dict) -> tuple[dict, list[bytes]]:
+    def _send(self, worker: WorkerProcess, message: dict) -> None:
         try:
             worker.send(message)
-            return self._receive(worker, with_blobs=True)
         except (WorkerDied, WorkerTimeout) as exc:
             raise self._attribute(worker, exc) from None
+
+    def _ask(self, worker: WorkerProcess, message: dict) -> tuple[dict, list[bytes]]:
+        self._send(worker, message)
+        return self._receive(worker, with_blobs=True)
 
     def _ask_both(self, messages: dict, with_blobs: bool = False):
         """Send to both workers, then collect both replies (they work in parallel)."""
         for worker, message in messages.items():
-            try:
-                worker.send(message)
-            except (WorkerDied, WorkerTimeout) as exc:
-                raise self._attribute(worker, exc) from None
+            self._send(worker, message)
         replies, blobs = {}, {}
         # The reference first: when it fails, the problem is at fault, not the candidate.
         for worker in (self.reference, self.candidate):
-            try:
-                replies[worker], blobs[worker] = self._receive(worker, with_blobs=True)
-            except (WorkerDied, WorkerTimeout) as exc:
-                raise self._attribute(worker, exc) from None
+            replies[worker], blobs[worker] = self._receive(worker, with_blobs=True)
         return (replies, blobs) if with_blobs else replies
 
     def _receive(self, worker: WorkerProcess, with_blobs: bool = False):
-        reply, blobs = worker.receive(self.deadline)
-        while worker is self.candidate and isinstance(reply, dict) and "build" in reply:
-            worker.send(self._serve_build(reply["build"]))  # then the candidate goes on loading
+        """The worker's next reply; a failure it reports becomes the verdict (or ProblemError
+        for the reference), as does its death or silence past the deadline."""
+        try:
             reply, blobs = worker.receive(self.deadline)
+            while worker is self.candidate and isinstance(reply, dict) and "build" in reply:
+                worker.send(self._serve_build(reply["build"]))  # then the candidate goes on loading
+                reply, blobs = worker.receive(self.deadline)
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise self._attribute(worker, exc) from None
         if not isinstance(reply, dict):
             raise Verdict("rejected", "malformed reply", ("protocol_violation",))
         if not reply.get("ok", False):

@@ -39,6 +39,8 @@ class EvalOptions(BaseModel):
     min_timed_calls: int = Field(10, ge=3)
     max_timed_calls: int = Field(200, ge=3)
     target_rel_spread: float = Field(0.05, gt=0, description="stop when IQR/median is below")
+    target_precision: float = Field(
+        0.05, gt=0, description="stop when the speedup's 95 % confidence interval is within +- this")
     timing_budget: float = Field(10.0, gt=0, description="seconds of timing at most")
     outlier_speedup: float = Field(10.0, gt=1, description="re-measure speedups above this")
     pin_timing: Literal["auto", "on", "off"] = Field(
@@ -82,6 +84,8 @@ class TimingStats(BaseModel):
     p25_ms: float
     p75_ms: float
     rel_iqr: float = Field(description="(p75 - p25) / median")
+    median_precision: float | None = Field(
+        None, description="half the 95 % confidence interval of the median, relative to it")
 
 
 class Timing(BaseModel):
@@ -102,6 +106,8 @@ class Timing(BaseModel):
     )
     reference_overhead_ms: float | None = None
     candidate_overhead_ms: float | None = None
+    speedup_precision: float | None = Field(
+        None, description="half the 95 % confidence interval of the speedup, relative to it")
     remeasured: bool = False
     speedups_measured: list[float] = Field(default_factory=list)
 

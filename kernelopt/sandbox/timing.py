@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from kernelopt.sandbox.results import TimingStats
@@ -26,9 +27,34 @@ def summarize(samples_ms: list[float]) -> TimingStats:
         std_ms=statistics.pstdev(values) if len(values) > 1 else 0.0,
         min_ms=values[0], max_ms=values[-1], p25_ms=p25, p75_ms=p75,
         rel_iqr=(p75 - p25) / median if median > 0 else 0.0,
+        median_precision=median_precision(values),
     )
 
 
 def spread_settled(samples_ms: list[float], minimum: int, target_rel_spread: float) -> bool:
     """Enough samples, and the interquartile range small relative to the median."""
     return len(samples_ms) >= minimum and summarize(samples_ms).rel_iqr <= target_rel_spread
+
+
+def median_precision(samples_ms: list[float]) -> float:
+    """Half the width of a 95 % confidence interval of the median, relative to the median.
+
+    Distribution-free: the interval runs between the order statistics at ranks
+    n/2 -+ 0.98 sqrt(n) (the normal approximation of the binomial count of samples below the
+    true median), so a skewed or heavy-tailed distribution of call times needs no model.
+    """
+    values = sorted(samples_ms)
+    n = len(values)
+    median = statistics.median(values)
+    if median <= 0:
+        return 0.0
+    reach = 0.98 * math.sqrt(n)
+    low = max(0, math.floor(n / 2 - reach) - 1)
+    high = min(n - 1, math.ceil(n / 2 + reach))
+    return (values[high] - values[low]) / (2 * median)
+
+
+def speedup_precision(cand_ms: list[float], ref_ms: list[float]) -> float:
+    """Relative half-width of the speedup's 95 % interval: the speedup is a ratio of the two
+    medians, so their relative uncertainties add in quadrature."""
+    return math.hypot(median_precision(cand_ms), median_precision(ref_ms))

@@ -255,7 +255,8 @@ class Worker:
         see the same addresses), then the calls run back to back; each output is cloned
         outside the timed region and the call's own output released, so the allocator behaves
         as in an ordinary loop. Fingerprints are computed after the last call, unless the
-        message says `"fingerprints": false` (outputs the host compares in full).
+        message says `"fingerprints": false` (outputs the host compares in full). A timed run
+        is a handshake: ready (inputs made) <- go -> done (loop over) <- report -> the reply.
         """
         from . import measure
 
@@ -276,6 +277,11 @@ class Worker:
                      for i, inputs in enumerate(all_inputs)]
         if msg.get("timed"):
             wire.write_frame(self.out_fd, {"ok": True, "done": True})
+            # The report waits for the host's word: fingerprinting here must not overlap the
+            # other worker's timed loop.
+            report, _ = self.reader.read()
+            if report.get("cmd") != "report":
+                return {"ok": False, "kind": "protocol", "error": "expected report"}, []
         calls, blobs = [], []
         for index, (seed, inputs, (event_ms, host_ms, kept, aliased)) in enumerate(zip(seeds, all_inputs, timed)):
             record = {"seed": seed, "ms": event_ms, "host_ms": host_ms, "aliases_input": aliased,

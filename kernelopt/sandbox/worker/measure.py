@@ -129,14 +129,13 @@ class Fingerprinter:
             x = torch.view_as_real(x).reshape(-1)
         x = x.to(torch.float64)
         w = self._weights_for(x.numel(), x.device)
-        sums = _sums(x, w)
+        sums, blocks, block_abs = _summaries(x, w, self.MAX_BLOCKS)
         specials = [0.0, 0.0, 0.0]
         if not all(map(math.isfinite, sums)):  # NaN/inf somewhere (a full isfinite pass is costly)
             specials = [float(torch.isnan(x).sum()), float(torch.isposinf(x).sum()),
                         float(torch.isneginf(x).sum())]
             x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-            sums = _sums(x, w)
-        blocks, block_abs = _block_sums(x, self.MAX_BLOCKS)
+            sums, blocks, block_abs = _summaries(x, w, self.MAX_BLOCKS)
         return {"sums": sums + specials, "blocks": blocks, "block_abs": block_abs}
 
     def _weights_for(self, numel: int, device: torch.device) -> torch.Tensor:
@@ -157,16 +156,19 @@ def block_layout(numel: int, max_blocks: int) -> tuple[int, int]:
     return -(-numel // size), size
 
 
-def _block_sums(x: torch.Tensor, max_blocks: int) -> tuple[list[float], list[float]]:
+def _summaries(x: torch.Tensor, w: torch.Tensor, max_blocks: int) -> tuple[list[float], list[float], list[float]]:
+    """([sum, sum |x|, sum x^2, sum w*x], block sums, block sums of |x|) of a flat float64
+    tensor. The totals are summed from the blocks, and everything leaves the device in one
+    transfer: a fingerprint costs a few passes over the output, not one per number."""
     count, size = block_layout(x.numel(), max_blocks)
     if count == 0:
-        return [], []
-    padded = torch.nn.functional.pad(x, (0, count * size - x.numel())).view(count, size)
-    return padded.sum(dim=1).tolist(), padded.abs().sum(dim=1).tolist()
-
-
-def _sums(x: torch.Tensor, w: torch.Tensor) -> list[float]:
-    return torch.stack([x.sum(), torch.linalg.vector_norm(x, 1), torch.dot(x, x), torch.dot(x, w)]).tolist()
+        return [0.0, 0.0, 0.0, 0.0], [], []
+    padded = x if count * size == x.numel() else torch.nn.functional.pad(x, (0, count * size - x.numel()))
+    grid = padded.view(count, size)
+    blocks, block_abs = grid.sum(dim=1), torch.linalg.vector_norm(grid, 1, dim=1)
+    totals = torch.stack([blocks.sum(), block_abs.sum(), torch.dot(x, x), torch.dot(x, w)])
+    values = torch.cat([totals, blocks, block_abs]).tolist()
+    return values[:4], values[4:4 + count], values[4 + count:]
 
 
 def copy_outputs(outputs: list[torch.Tensor], buffers: list[torch.Tensor] | None) -> list[torch.Tensor]:
