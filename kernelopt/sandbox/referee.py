@@ -766,7 +766,7 @@ class _Session:
         note = " (re-measured: outlier)" if t.remeasured else ""
         return (f"all {len(self.trials)} trials matched the reference, and {t.candidate.samples} timed calls "
                 f"({self.sampled_checks} compared in full, all fingerprinted); "
-                f"speedup {t.reference_ms / t.candidate_ms:.3f}x{note}")
+                f"speedup {t.reference_ms / t.candidate_ms:.3f}x +-{t.speedup_precision:.1%} (95% interval){note}")
 
     def _result(self, status: str, message: str, flags=(), log: str = "") -> EvalResult:
         builds = self.labels_source.get("builds", [])
