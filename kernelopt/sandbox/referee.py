@@ -491,26 +491,26 @@ class _Session:
         clock saw it."""
         message = {"cmd": "run", "seeds": seeds, "timed": True, "retain": True, "pin_cpu": self.timing_cpu}
         order = [self.reference, self.candidate] if flip else [self.candidate, self.reference]
-        reference_left = ["ready", "go", "report"]  # the reference's steps of this round still to come
-        loops = {}
+        left = ["ready", "go", "report", "reply"]  # the reference's steps of this round still to come
+        loops, replies = {}, {}
         try:
             for worker in (self.reference, self.candidate):
                 self._send(worker, message)
-            for worker in (self.reference, self.candidate):  # the reference first: its failure is the problem's
-                self._expect(worker, "ready")
-                if worker is self.reference:
-                    reference_left.remove("ready")
+            self._expect(self.reference, "ready")  # the reference first: its failure is the problem's
+            left.remove("ready")
+            self._expect(self.candidate, "ready")
             for worker in order:
                 loops[worker] = self._timed_loop(worker)
                 if worker is self.reference:
-                    reference_left.remove("go")
-            for worker in (self.reference, self.candidate):
-                self._send(worker, {"cmd": "report"})
-            reference_left.remove("report")
-            replies = {worker: self._receive(worker, with_blobs=True)[0]
-                       for worker in (self.reference, self.candidate)}
+                    left.remove("go")
+            self._send(self.reference, {"cmd": "report"})
+            left.remove("report")
+            self._send(self.candidate, {"cmd": "report"})
+            replies[self.reference] = self._receive(self.reference, with_blobs=True)[0]
+            left.remove("reply")
+            replies[self.candidate] = self._receive(self.candidate, with_blobs=True)[0]
         except (Verdict, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
-            self._settle_reference(reference_left)
+            self._settle_reference(left)
             raise
         cand = self._parse_run(replies[self.candidate], seeds)
         ref = self._parse_run(replies[self.reference], seeds, trusted=True)
@@ -544,7 +544,7 @@ class _Session:
         deadline = time.monotonic() + _SETTLE_S
         try:
             for step in steps:
-                if step != "ready":
+                if step in ("go", "report"):  # the others are answers still to be read
                     self.reference.send({"cmd": step})
                 self.reference.receive(deadline)
         except (WorkerDied, WorkerTimeout):
