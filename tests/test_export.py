@@ -112,15 +112,17 @@ def test_jsonl_has_one_row_per_candidate_with_its_verdict_and_reward(store, rows
         verdict = verdicts[(row["run_id"], row["candidate_id"])]
         if row["code"] is None:
             assert verdict is None and row["reward"] == spec(Outcome.format_error())
-            assert row["speedup"] is None and row["reference_ms"] is None
+            assert row["speedup"] is None and row["reference_ms"] is None and row["speedup_precision"] is None
             assert row["response"] == NO_CODE
         else:
             assert row["reward"] == spec(Outcome.from_result(verdict))
             assert row["response"] == answer(row["code"])
             assert (row["reference_ms"], row["candidate_ms"]) == (verdict["reference_ms"], verdict["candidate_ms"])
+            assert row["speedup_precision"] == (verdict.get("timing") or {}).get("speedup_precision")
             assert row["optimization_kinds"] == verdict["optimization_kinds"]
             assert row["flags"] == verdict["flags"] and row["message"] == verdict["message"]
     assert fast["reference_ms"] > fast["candidate_ms"] > 0
+    assert 0 < fast["speedup_precision"] < 1
 
 
 def test_jsonl_turns_and_parents_follow_the_refinement_chain(store, rows):

@@ -16,7 +16,7 @@ from kernelopt.agent.prompting import (
     format_error_feedback,
     short_error,
 )
-from kernelopt.sandbox.results import EvalResult, TrialResult
+from kernelopt.sandbox.results import EvalResult, Timing, TimingStats, TrialResult
 
 REFERENCE = """\
 import torch
@@ -312,6 +312,17 @@ def test_feedback_for_an_incorrect_result_shows_trial_statistics():
     assert not any(line.startswith("trial 0") for line in lines)
     assert "program output (tail):" in lines and "debug print" in lines
     assert not any(line.startswith("timing:") for line in lines)
+
+
+def test_feedback_names_how_precisely_the_speedup_was_measured():
+    side = TimingStats(samples=40, median_ms=1.0, mean_ms=1.0, std_ms=0.1, min_ms=0.8, max_ms=1.3,
+                       p25_ms=0.95, p75_ms=1.05, rel_iqr=0.1, median_precision=0.03)
+    timing = Timing(method="host perf_counter per call", reference=side, candidate=side, rounds=4,
+                    calls_per_round=10, reference_ms=1.25, candidate_ms=0.5, speedup_precision=0.042)
+    result = EvalResult(status="correct", correct=True, speedup=2.5, reference_ms=1.25, candidate_ms=0.5,
+                        timing=timing)
+    assert ("timing: reference 1.25 ms, candidate 0.5 ms, speedup 2.500x +-4% (95% interval: smaller "
+            "differences are noise)") in feedback_text(result).splitlines()
 
 
 def test_feedback_shows_at_most_three_failed_trials():

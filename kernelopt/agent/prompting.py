@@ -75,8 +75,10 @@ def feedback_text(result) -> str:
         lines.append("error lines:")
         lines.extend(errors)
     if result.status == "correct" and result.speedup is not None:
+        precision = result.timing.speedup_precision if result.timing is not None else None
+        noise = f" +-{precision:.0%} (95% interval: smaller differences are noise)" if precision is not None else ""
         lines.append(f"timing: reference {result.reference_ms:.4g} ms, candidate {result.candidate_ms:.4g} ms, "
-                     f"speedup {result.speedup:.3f}x")
+                     f"speedup {result.speedup:.3f}x{noise}")
     failed = [t for t in result.trials if not t.passed]
     for trial in failed[:3]:
         stats = ", ".join(f"{name} {value:.3g}" for name, value in (

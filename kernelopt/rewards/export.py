@@ -95,6 +95,7 @@ def _row(record: dict) -> dict:
         "reward_spec": None,
         "reference_ms": verdict.get("reference_ms"),
         "candidate_ms": verdict.get("candidate_ms"),
+        "speedup_precision": (verdict.get("timing") or {}).get("speedup_precision"),
         "optimization_kinds": list(verdict.get("optimization_kinds") or []),
         "flags": list(verdict.get("flags") or []),
         "message": message,
