@@ -543,10 +543,11 @@ class _Session:
         that fails, the Evaluator's check before the next candidate replaces it."""
         deadline = time.monotonic() + _SETTLE_S
         try:
-            for step in steps:
-                if step in ("go", "report"):  # the others are answers still to be read
+            for step in steps:  # ready: read it; go: send, read done; report: send; reply: read it
+                if step in ("go", "report"):
                     self.reference.send({"cmd": step})
-                self.reference.receive(deadline)
+                if step != "report":
+                    self.reference.receive(deadline)
         except (WorkerDied, WorkerTimeout):
             pass
 

@@ -276,6 +276,7 @@ class Worker:
             timed = [self._call(inputs, reuse[i] if i < len(reuse) else None)
                      for i, inputs in enumerate(all_inputs)]
         if msg.get("timed"):
+            self.timer.drain()
             wire.write_frame(self.out_fd, {"ok": True, "done": True})
             # The report waits for the host's word: fingerprinting here must not overlap the
             # other worker's timed loop.

@@ -204,6 +204,12 @@ class Timer:
             self._stream = torch.cuda.Stream(device=device)
             self._flush_buffer = torch.empty(_l2_flush_bytes(device), dtype=torch.uint8, device=device)
 
+    def drain(self) -> None:
+        """Wait for this process's queued device work (the last output's copy): none of it
+        may still run once the other worker's timed loop starts."""
+        if self.cuda:
+            self._sync()
+
     def call(self, fn, args) -> tuple[object, float, float]:
         """Run fn(*args); return (output, event_ms, host_ms). On CPU event_ms == host_ms."""
         if not self.cuda:
