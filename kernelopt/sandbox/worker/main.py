@@ -256,7 +256,8 @@ class Worker:
         outside the timed region and the call's own output released, so the allocator behaves
         as in an ordinary loop. Fingerprints are computed after the last call, unless the
         message says `"fingerprints": false` (outputs the host compares in full). A timed run
-        is a handshake: ready (inputs made) <- go -> done (loop over) <- report -> the reply.
+        is a handshake: the worker says ready (inputs made), the host says go, the worker says
+        done (loop over), the host says report, the worker sends the reply.
         """
         from . import measure
 
