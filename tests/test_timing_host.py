@@ -14,7 +14,7 @@ from conftest import REPO
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import EvalOptions, evaluate
 from kernelopt.sandbox.referee import timing_cpu
-from kernelopt.sandbox.timing import median_precision, speedup_precision
+from kernelopt.sandbox.timing import median_precision, speedup_precision, summarize
 from kernelopt.sandbox.worker.main import _pinned_to
 
 
@@ -81,8 +81,9 @@ def test_the_speedup_precision_adds_both_sides_in_quadrature():
     rng = random.Random(3)
     cand = [rng.gauss(1.0, 0.05) for _ in range(50)]
     ref = [rng.gauss(2.0, 0.3) for _ in range(50)]
-    assert speedup_precision(cand, ref) == pytest.approx(math.hypot(median_precision(cand), median_precision(ref)))
-    assert speedup_precision(cand, cand) == pytest.approx(math.sqrt(2) * median_precision(cand))
+    assert speedup_precision(summarize(cand), summarize(ref)) == pytest.approx(
+        math.hypot(median_precision(cand), median_precision(ref)))
+    assert speedup_precision(summarize(cand), summarize(cand)) == pytest.approx(math.sqrt(2) * median_precision(cand))
 
 
 def test_timing_stops_once_the_speedup_is_precise_enough_and_reports_how_precise(example, fast_options):

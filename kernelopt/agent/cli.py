@@ -133,7 +133,8 @@ def judging_options(args) -> dict:
                 correctness_trials=args.correctness_trials, atol=args.atol, rtol=args.rtol,
                 max_rel_error=args.max_rel_error, precision_policy=args.precision_policy,
                 isolation=args.isolation, image=args.image, timing_budget=args.timing_budget,
-                target_precision=args.timing_precision, seed=args.seed, pin_timing=args.pin_timing, build_mode=args.build_mode, build_cache=args.build_cache)
+                target_precision=args.timing_precision, seed=args.seed, pin_timing=args.pin_timing,
+                build_mode=args.build_mode, build_cache=args.build_cache)
 
 
 def run_eval(args) -> int:

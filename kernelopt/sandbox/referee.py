@@ -448,7 +448,7 @@ class _Session:
                       calls_per_round=per_round, reference_ms=ref_stats.median_ms, candidate_ms=believed,
                       candidate_host_bound_ms=host_bound,
                       wall_speedup=(ref_stats.median_ms + slack_r) / (cand_stats.median_ms + slack_c),
-                      speedup_precision=timing.speedup_precision(cand_ms, ref_ms),
+                      speedup_precision=timing.speedup_precision(cand_stats, ref_stats),
                       reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c)
 
     def _measured_rounds(self, per_round: int, round_s: float):
@@ -477,9 +477,9 @@ class _Session:
         enough = min(len(cand_ms), len(ref_ms)) >= options.min_timed_calls and rounds >= _MIN_ROUNDS
         if not enough:
             return False
-        settled = all(timing.spread_settled(s, options.min_timed_calls, options.target_rel_spread)
-                      for s in (cand_ms, ref_ms))
-        precise = timing.speedup_precision(cand_ms, ref_ms) <= options.target_precision
+        cand, ref = timing.summarize(cand_ms), timing.summarize(ref_ms)
+        settled = max(cand.rel_iqr, ref.rel_iqr) <= options.target_rel_spread
+        precise = timing.speedup_precision(cand, ref) <= options.target_precision
         out_of_time = time.monotonic() + round_s > min(budget_end, self.deadline - 1.0)
         return settled or precise or out_of_time
 

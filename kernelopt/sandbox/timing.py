@@ -1,4 +1,4 @@
-"""Timing statistics and the noise-based stopping rule (host side)."""
+"""Timing statistics (host side): summaries, and how precisely they know a median and a speedup."""
 
 from __future__ import annotations
 
@@ -31,11 +31,6 @@ def summarize(samples_ms: list[float]) -> TimingStats:
     )
 
 
-def spread_settled(samples_ms: list[float], minimum: int, target_rel_spread: float) -> bool:
-    """Enough samples, and the interquartile range small relative to the median."""
-    return len(samples_ms) >= minimum and summarize(samples_ms).rel_iqr <= target_rel_spread
-
-
 def median_precision(samples_ms: list[float]) -> float:
     """Half the width of a 95 % confidence interval of the median, relative to the median.
 
@@ -54,7 +49,7 @@ def median_precision(samples_ms: list[float]) -> float:
     return (values[high] - values[low]) / (2 * median)
 
 
-def speedup_precision(cand_ms: list[float], ref_ms: list[float]) -> float:
+def speedup_precision(cand: TimingStats, ref: TimingStats) -> float:
     """Relative half-width of the speedup's 95 % interval: the speedup is a ratio of the two
     medians, so their relative uncertainties add in quadrature."""
-    return math.hypot(median_precision(cand_ms), median_precision(ref_ms))
+    return math.hypot(cand.median_precision, ref.median_precision)
