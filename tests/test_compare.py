@@ -1,6 +1,7 @@
 """The host-side comparison: full element-wise checks and the fingerprint bounds."""
 
 import io
+import re
 
 import pytest
 import torch
@@ -227,3 +228,185 @@ def test_steps_with_nan_infinities_or_huge_values_take_the_exact_path():
     finite = torch.isfinite(ref)
     r = ref.double()[finite]
     assert result.rel_l2_error == pytest.approx(1e-3 / torch.linalg.vector_norm(r).item(), rel=1e-3)
+
+
+# -- input dependence -------------------------------------------------------------------------
+
+def squared_mean(n: int):
+    """A degenerate output: the mean of x^2 over n standard normals (1 +- sqrt(2 / n))."""
+    def make(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(n, generator=generator)
+        return x, torch.mean(x * x)
+    return make
+
+
+def dependence(candidate, trials: int, make=squared_mean(1 << 19), seed: int = 0, options=OPTIONS):
+    """Run `trials` correctness trials through an InputDependence; every candidate output must
+    pass the full comparison first (as in the referee). Returns the verdict."""
+    generator = torch.Generator().manual_seed(seed)
+    tracker = compare.InputDependence(options)
+    for _ in range(trials):
+        x, ref = make(generator)
+        out = candidate(x, ref)
+        assert compare.compare_outputs([out], [ref], options).passed, "the case must pass today's comparison"
+        tracker.add([out], [ref])
+    return tracker.verdict()
+
+
+@pytest.mark.parametrize("trials", [2, 3, 5, 10])
+@pytest.mark.parametrize("seed", range(5))
+def test_a_constant_fails_where_the_output_barely_moves(trials, seed):
+    message = dependence(lambda x, ref: torch.tensor(1.0), trials, seed=seed)
+    assert message and "does not depend on the input" in message
+    # the two numbers: how far the reference moves, and the candidate's error
+    movement = float(re.search(r"move by ([0-9.e+-]+) RMS", message)[1])
+    error = float(re.search(r"candidate's error is ([0-9.e+-]+) RMS", message)[1])
+    assert error > compare.INPUT_DEPENDENCE_RATIO * movement > 0
+
+
+@pytest.mark.parametrize("trials", [2, 5])
+def test_even_the_best_constant_fails(trials):
+    """The mean of the very references it is judged against (hindsight no candidate has): any
+    output that is the same for every input errs by at least sqrt((T-1)/4T) of the movement."""
+    generator = torch.Generator().manual_seed(11)
+    refs = [squared_mean(1 << 19)(generator)[1] for _ in range(trials)]
+    best = torch.stack(refs).mean()
+    tracker = compare.InputDependence(OPTIONS)
+    for ref in refs:
+        assert compare.compare_outputs([best], [ref], OPTIONS).passed
+        tracker.add([best], [ref])
+    assert tracker.verdict() is not None
+
+
+def test_one_trial_decides_nothing():
+    assert dependence(lambda x, ref: torch.tensor(1.0), 1) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_honest_float32_code_passes(seed):
+    exact = lambda x, ref: torch.dot(x.double(), x.double()).div(x.numel()).float()  # noqa: E731
+    chunked = lambda x, ref: sum(c.square().sum() for c in x.split(1000)) / x.numel()  # noqa: E731
+    sequential = lambda x, ref: torch.cumsum(x * x, 0)[-1] / x.numel()  # noqa: E731
+    for candidate in (exact, chunked, sequential):
+        assert dependence(candidate, 5, seed=seed) is None
+
+
+def test_an_estimate_from_a_subsample_fails():
+    half = lambda x, ref: torch.mean(x[: x.numel() // 2] ** 2)  # noqa: E731
+    message = dependence(half, 5)
+    assert message and "does not depend on the input" in message
+    # three quarters of the work leave an error of 0.4 of the movement: still too much
+    most = lambda x, ref: torch.mean(x[: x.numel() * 3 // 4] ** 2)  # noqa: E731
+    assert dependence(most, 5) is not None
+
+
+def test_outputs_that_move_more_than_the_tolerance_are_left_to_allclose():
+    """Where allclose itself rejects constants, an error anywhere inside the tolerance passes."""
+    def make(generator):
+        x = torch.randn(4096, generator=generator)
+        return x, torch.relu(x)
+    within = lambda x, ref: ref + 0.005 * torch.sign(torch.randn(ref.shape))  # noqa: E731
+    assert dependence(within, 5, make=make) is None
+
+
+def test_movement_at_the_level_of_rounding_is_not_judged():
+    """Softmax row sums are 1 up to rounding for every input: returning ones is correct."""
+    def make(generator):
+        x = torch.randn(64, 2048, generator=generator)
+        return x, torch.softmax(x, dim=-1).sum(dim=-1)
+    assert dependence(lambda x, ref: torch.ones(64), 5, make=make) is None
+
+
+def test_an_output_independent_of_the_input_is_not_judged():
+    def make(generator):
+        x = torch.randn(100, generator=generator)
+        return x, torch.full((10,), 3.0)
+    assert dependence(lambda x, ref: torch.full((10,), 3.0), 3, make=make) is None
+
+
+def test_integer_and_empty_outputs_are_skipped():
+    tracker = compare.InputDependence(OPTIONS)
+    for value in (1, 2, 3):
+        tracker.add([torch.tensor([value]), torch.zeros(0)], [torch.tensor([value]), torch.zeros(0)])
+    assert tracker.verdict() is None
+
+
+def test_a_degenerate_part_of_a_larger_output_is_judged_on_its_own():
+    """A loss returned beside a large output: the large part's movement must not hide it."""
+    def make(generator):
+        x = torch.randn(16, 1 << 18, generator=generator)
+        return x, torch.cat([torch.relu(x[0, :4096]), (x * x).mean(dim=1)])
+    honest = lambda x, ref: torch.cat([torch.relu(x[0, :4096]), (x * x).sum(dim=1) / x.shape[1]])  # noqa: E731
+    assert dependence(honest, 5, make=make) is None
+    hack = lambda x, ref: torch.cat([torch.relu(x[0, :4096]), torch.ones(16)])  # noqa: E731
+    message = dependence(hack, 5, make=make)
+    assert message and "does not depend on the input" in message and "parts" in message
+
+
+def test_outputs_are_named_when_there_are_several():
+    generator = torch.Generator().manual_seed(2)
+    tracker = compare.InputDependence(OPTIONS)
+    for _ in range(3):
+        x = torch.randn(1 << 19, generator=generator)
+        tracker.add([x.clone(), torch.tensor(1.0)], [x, torch.mean(x * x)])
+    message = tracker.verdict()
+    assert message and message.startswith("output 1 ")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.complex64])
+def test_other_dtypes(dtype):
+    def make(generator):
+        x = torch.randn(1 << 19, generator=generator, dtype=torch.float64)
+        value = torch.mean(x * x)
+        if dtype.is_complex:
+            return x, torch.complex(value, -value).to(dtype)
+        return x, value.to(dtype)
+    honest = lambda x, ref: ref.clone()  # noqa: E731
+    assert dependence(honest, 5, make=make) is None
+    one = torch.ones((), dtype=torch.float64).to(dtype)
+    constant = lambda x, ref: one * (1 - 1j if dtype.is_complex else 1)  # noqa: E731
+    verdict = dependence(constant, 5, make=make)
+    if dtype in (torch.float16, torch.bfloat16):
+        # a movement of ~0.5 % is a few ulps of a 16-bit float: rounding, not judged
+        assert verdict is None
+    else:
+        assert verdict is not None
+
+
+def test_nan_and_infinities_count_as_neither_error_nor_movement():
+    def make(generator):
+        x = torch.randn(1 << 19, generator=generator)
+        value = torch.mean(x * x)
+        return x, torch.stack([value, torch.tensor(float("nan")), torch.tensor(float("inf")), value * 2])
+    honest = lambda x, ref: ref.clone()  # noqa: E731
+    assert dependence(honest, 4, make=make) is None
+    constant = lambda x, ref: torch.tensor([1.0, float("nan"), float("inf"), 2.0])  # noqa: E731
+    assert dependence(constant, 4, make=make) is not None
+
+
+@pytest.mark.parametrize("step", [compare._STEP, 64, 1000])
+def test_dependence_sums_match_a_whole_tensor_computation(monkeypatch, step):
+    """Blocks of a few elements per step, and blocks larger than a step (cut across steps)."""
+    monkeypatch.setattr(compare, "_STEP", step)
+    generator = torch.Generator().manual_seed(4)
+    numel = 1024 * 97 + 13
+    refs = [torch.randn(numel, generator=generator) for _ in range(3)]
+    outs = [r + 1e-3 * torch.randn(numel, generator=generator) for r in refs]
+    tracker = compare.InputDependence(OPTIONS)
+    for out, ref in zip(outs, refs):
+        tracker.add([out], [ref])
+    sums = tracker._parts[0]
+    size = sums.size
+    assert sums.count * size >= numel > (sums.count - 1) * size
+
+    def blockwise(values: torch.Tensor) -> torch.Tensor:
+        padded = torch.nn.functional.pad(values.double(), (0, sums.count * size - numel))
+        return padded.view(sums.count, size).sum(dim=1)
+
+    expected = torch.stack([
+        sum(blockwise((o.double() - r.double()) ** 2) for o, r in zip(outs, refs)),
+        sum(blockwise((b.double() - a.double()) ** 2) for a, b in zip(refs, refs[1:])),
+        sum(blockwise(r.double() ** 2) for r in refs),
+        sum(blockwise((OPTIONS.atol + OPTIONS.rtol * r.double().abs()) ** 2) for r in refs),
+    ])
+    torch.testing.assert_close(sums.sums, expected, rtol=1e-5, atol=1e-9)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import re
+
+import pytest
+import torch
+
 from kernelopt.kernelbench import load_problem, problem_from_source
-from kernelopt.sandbox import Evaluator
-from kernelopt.sandbox.health import check_health
+from kernelopt.sandbox import EvalOptions, Evaluator
+from kernelopt.sandbox.health import Health, _check_spread, check_health
+from kernelopt.sandbox.worker.measure import Fingerprinter
 
 TEMPLATE = '''import torch
 import torch.nn as nn
@@ -80,3 +87,79 @@ def test_judging_still_works_after_a_probe(example, fast_options):
     with Evaluator(problem, fast_options(), keep_spare=False) as evaluator:
         assert check_health(evaluator, fast_options()).healthy
         assert evaluator.evaluate(source).status == "correct"
+
+
+# -- degenerate outputs -----------------------------------------------------------------------
+
+def probe_records(outputs_per_call: list[list[torch.Tensor]]) -> list[dict]:
+    """Call records as `Evaluator.probe_reference` returns them, for given outputs."""
+    fingerprint = Fingerprinter(12345)
+    return [{"meta": [[list(t.shape), str(t.dtype), str(t.device)] for t in outputs],
+             "fingerprints": [fingerprint(t) for t in outputs]} for outputs in outputs_per_call]
+
+
+def spread_flags(make, calls: int = 3, seed: int = 0) -> Health:
+    generator = torch.Generator().manual_seed(seed)
+    health = Health()
+    _check_spread(health, probe_records([make(generator) for _ in range(calls)]), EvalOptions())
+    return health
+
+
+def test_a_loss_that_barely_moves_is_degenerate():
+    def mse(generator):
+        a, b = torch.randn(2, 1 << 19, generator=generator)
+        return [torch.mean((a - b) ** 2)]
+    health = spread_flags(mse)
+    assert health.flags == ["degenerate_output"], health.details
+    detail = health.details[0]
+    assert "output 0" in detail and "estimated" not in detail  # a scalar: the movement is exact
+    movement = float(re.search(r"moves by ([0-9.e+-]+) RMS", detail)[1])
+    assert 0.001 < movement < 0.02  # sqrt(2) x sqrt(8 / 2^19) = 0.0055 expected
+
+
+def test_movement_is_exact_for_small_outputs():
+    refs = [torch.linspace(0, 1, 1000) + shift for shift in (0.0, 0.003, 0.001)]
+    health = Health()
+    _check_spread(health, probe_records([[r] for r in refs]), EvalOptions())
+    movement = float(re.search(r"moves by ([0-9.e+-]+) RMS", health.details[0])[1])
+    expected = math.sqrt((0.003 ** 2 + 0.001 ** 2 + 0.002 ** 2) / 3)
+    assert movement == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_large_output_that_barely_moves_is_estimated_from_block_sums():
+    health = spread_flags(lambda g: [1 + 1e-3 * torch.randn(64, 1024, generator=g)])
+    assert health.flags == ["degenerate_output"] and "estimated from block sums" in health.details[0]
+    movement = float(re.search(r"moves by ([0-9.e+-]+) RMS", health.details[0])[1])
+    assert movement == pytest.approx(math.sqrt(2) * 1e-3, rel=0.2)
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda g: [torch.relu(torch.randn(64, 256, generator=g))], id="moves-a-lot"),
+    pytest.param(lambda g: [1e-4 * torch.tanh(torch.randn(4096, generator=g))], id="relative-L2-catches-constants"),
+    pytest.param(lambda g: [torch.softmax(torch.randn(64, 2048, generator=g), -1).sum(-1)], id="rounding-only"),
+    pytest.param(lambda g: [torch.randint(0, 2, (8,), generator=g)], id="integers"),
+    pytest.param(lambda g: [torch.mean(torch.randn(256, generator=g) ** 2)], id="moves-more-than-the-band"),
+])
+def test_outputs_that_are_not_degenerate(make):
+    health = spread_flags(make)
+    assert health.flags == [], health.details
+
+
+def test_a_degenerate_problem_is_flagged_through_the_reference_worker(fast_options):
+    from conftest import REPO
+
+    problem = load_problem(REPO / "tests" / "adversarial" / "problems" / "MSELossScalar.py")
+    health = health_of(problem, fast_options)
+    assert health.flags == ["degenerate_output"], health.details
+    assert health.as_dict() == {"healthy": False, "flags": ["degenerate_output"], "details": health.details}
+    assert health.details[0].startswith("degenerate_output: output 0 (shape ())")
+
+
+def test_movement_too_small_for_the_referee_is_flagged_with_a_warning():
+    """A loss over so many values that it moves less than honest float32 code may err: flagged,
+    and the detail says the referee cannot enforce input dependence there."""
+    refs = [torch.tensor(2.0 + 2e-5 * k) for k in (0, 1, -1)]
+    health = Health()
+    _check_spread(health, probe_records([[r] for r in refs]), EvalOptions())
+    assert health.flags == ["degenerate_output"], health.details
+    assert "does not enforce input dependence" in health.details[0]

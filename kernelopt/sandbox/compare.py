@@ -253,3 +253,217 @@ def _compare_one(c: dict, r: dict, n: int, floating: bool, options: EvalOptions)
 
 def _is_floating(dtype_name: str) -> bool:
     return any(word in dtype_name for word in ("float", "complex", "half", "bfloat"))
+
+
+# -- input dependence ------------------------------------------------------------------------
+#
+# Where an output barely moves between input sets (a loss, or a mean over many random values),
+# a constant lies within the tolerance of every answer, so allclose and the relative-L2 bound
+# both accept it. What still tells a computed answer from a guessed one is whether its error is
+# small against how far the answer moves when the input changes.
+
+# An output part whose values move between input sets by at most this many tolerance bands (RMS
+# of atol + rtol |ref|) is degenerate: the best constant, whose RMS error is the movement / sqrt 2,
+# has a fair chance of passing allclose on every trial. Beyond it allclose nearly always rejects them.
+DEGENERATE_SPREAD = 2.0
+# On a degenerate part the candidate's RMS error must be at most this fraction of the RMS
+# movement between consecutive trials. An output that is the same for every input errs by at
+# least sqrt((T - 1) / 4T) >= 0.35 of it over T >= 2 trials (triangle inequality), so any
+# constant fails whatever its value; an estimate from a fraction f of i.i.d. terms has an expected
+# ratio of sqrt((1 - f) / 2f), so subsampling must keep 97 % of the work to pass. (At 0.25 an
+# estimate from a quarter of a loss's terms, an error 1.2 times the movement, still passed five
+# trials once in 500; at 0.125 about once in 10^4.)
+INPUT_DEPENDENCE_RATIO = 0.125
+# Honest code's RMS error relative to the output's RMS: float32 code that reorders reductions
+# or fuses operations stays within ~1e-7 to 1e-5 (REDUCED_PRECISION_REL_L2 is ten times this);
+# outputs of a 16-bit dtype differ by an ulp or two (`honest_relative_error`).
+HONEST_REL_ERROR = 1e-5
+# A part whose movement is at most this many honest errors is not judged: there honest code
+# could not be told from a constant (and softmax row sums, a normalized vector's norm, move
+# only by rounding). Where a part is judged, honest code's error is under 1/NOISE_SPREAD of the
+# movement, half of INPUT_DEPENDENCE_RATIO. For float32 outputs: a movement of 1.6e-4 of the
+# output's RMS, e.g. a mean of squares of up to ~1.5e8 standard normals per output element.
+NOISE_SPREAD = 16.0
+# Outputs are judged in up to this many contiguous parts, so that a degenerate part (a loss
+# returned beside a large tensor, a reduced row) cannot hide behind the rest of the output.
+DEPENDENCE_BLOCKS = 1024
+
+
+def rounding_relative_error(dtype: torch.dtype) -> float:
+    """Two ulps of the output dtype, relative: what rounding alone moves an output by."""
+    if dtype.is_complex:
+        dtype = torch.empty(0, dtype=dtype).real.dtype
+    return 2 * torch.finfo(dtype).eps
+
+
+def honest_relative_error(dtype: torch.dtype) -> float:
+    """The RMS error, relative to the output's RMS, that honest code of this output dtype may have."""
+    return max(HONEST_REL_ERROR, rounding_relative_error(dtype))
+
+
+class InputDependence:
+    """Whether a candidate's outputs follow the input where the reference's barely move.
+
+    Fed one correctness trial at a time (outputs that already passed `compare_outputs`), it
+    keeps, per output and per contiguous part of it, float64 sums of the candidate's squared
+    error, of the reference's squared change from the previous trial, of the squared reference
+    and of the squared tolerance band. `verdict()` then checks every part whose movement between
+    input sets is within DEGENERATE_SPREAD tolerance bands and above rounding noise: the
+    candidate's RMS error there must be at most INPUT_DEPENDENCE_RATIO times the RMS movement.
+    Integer and boolean outputs are exact and skipped; so is everything before a second trial.
+    Only the previous trial's reference tensors are held (references, not copies).
+    """
+
+    def __init__(self, options: EvalOptions):
+        self.options = options
+        self.trials = 0
+        self._parts: list[_DependenceSums | None] = []
+        self._previous: list[torch.Tensor] = []
+
+    def add(self, candidate: list[torch.Tensor], reference: list[torch.Tensor]) -> None:
+        if len(candidate) != len(reference):
+            raise ValueError(f"{len(candidate)} candidate output(s) for {len(reference)} reference output(s)")
+        if self.trials == 0:
+            self._parts = [_DependenceSums.of(ref) for ref in reference]
+        elif len(reference) != len(self._parts):
+            raise ValueError("the reference returned a different number of outputs than in an earlier trial")
+        for index, (out, ref) in enumerate(zip(candidate, reference)):
+            sums = self._parts[index]
+            if sums is None:
+                continue
+            if out.shape != ref.shape or ref.shape != sums.shape or ref.dtype != sums.dtype:
+                self._parts[index] = None  # shapes that change with the input: not judged here
+                continue
+            sums.add(out, ref, self._previous[index] if self.trials else None, self.options)
+        self._previous = list(reference)
+        self.trials += 1
+
+    def verdict(self) -> str | None:
+        """None, or why the candidate's output does not follow the input."""
+        if self.trials < 2:
+            return None
+        for index, sums in enumerate(self._parts):
+            problem = sums.failure(self.trials) if sums is not None else None
+            if problem:
+                label = f"output {index} " if len(self._parts) > 1 else "the output "
+                return label + problem
+        return None
+
+
+class _DependenceSums:
+    """Per-part float64 sums of one output over the trials (see InputDependence)."""
+
+    _ERROR, _SPREAD, _REF, _TOL = range(4)
+
+    def __init__(self, ref: torch.Tensor):
+        self.shape, self.dtype = ref.shape, ref.dtype
+        self.numel = _flat(ref).numel()
+        count = min(DEPENDENCE_BLOCKS, self.numel)
+        self.size = -(-self.numel // count)
+        self.count = -(-self.numel // self.size)
+        self.sizes = torch.full((self.count,), float(self.size), dtype=torch.float64)
+        self.sizes[-1] = self.numel - (self.count - 1) * self.size
+        self.sums = torch.zeros(4, self.count, dtype=torch.float64)
+        self.honest = honest_relative_error(ref.dtype)
+
+    @classmethod
+    def of(cls, ref: torch.Tensor) -> _DependenceSums | None:
+        if not (ref.is_floating_point() or ref.is_complex()) or ref.numel() == 0:
+            return None
+        return cls(ref)
+
+    def add(self, out: torch.Tensor, ref: torch.Tensor, previous: torch.Tensor | None,
+            options: EvalOptions) -> None:
+        o_all, r_all = _flat(out), _flat(ref)
+        p_all = _flat(previous) if previous is not None else None
+        work = torch.float64 if r_all.dtype == torch.float64 else torch.float32
+        for start, end, block in _dependence_steps(self.numel, self.size):
+            o, r = o_all[start:end].to(work), r_all[start:end].to(work)
+            p = p_all[start:end].to(work) if p_all is not None else None
+            values = _dependence_terms(o, r, p, options)
+            if values is None:  # NaN, an infinity, or squares that could overflow
+                values = _dependence_terms_exact(o.double(), r.double(),
+                                                 p.double() if p is not None else None, options)
+            # float64 sums of the step's float32 terms. (Converted first: a reduction over one
+            # dimension given dtype=float64 took a thousand times as long.)
+            values = values.to(torch.float64)
+            length = end - start
+            if self.size > _STEP:  # part of one block
+                self.sums[:, block] += values.sum(dim=1)
+            else:
+                blocks = -(-length // self.size)
+                if blocks * self.size != length:
+                    values = torch.nn.functional.pad(values, (0, blocks * self.size - length))
+                self.sums[:, block:block + blocks] += values.view(4, blocks, self.size).sum(dim=2)
+
+    def failure(self, trials: int) -> str | None:
+        error = self.sums[self._ERROR] / (trials * self.sizes)
+        spread = self.sums[self._SPREAD] / ((trials - 1) * self.sizes)
+        ref = self.sums[self._REF] / (trials * self.sizes)
+        band = self.sums[self._TOL] / (trials * self.sizes)
+        checked = (spread > (NOISE_SPREAD * self.honest) ** 2 * ref) & (spread <= DEGENERATE_SPREAD ** 2 * band)
+        failing = checked & (error > INPUT_DEPENDENCE_RATIO ** 2 * spread)
+        if not bool(failing.any()):
+            return None
+        weights = self.sizes[failing]
+        rms = {name: math.sqrt(float((values[failing] * weights).sum() / weights.sum()))
+               for name, values in (("error", error), ("spread", spread), ("band", band))}
+        where = "" if self.count == 1 else \
+            f" (in {int(failing.sum())} of its {self.count} parts of {self.size} element(s))"
+        return (f"does not depend on the input{where}: over {trials} input sets the reference's values move "
+                f"by {rms['spread']:.3g} RMS from one input set to the next, within {DEGENERATE_SPREAD:g}x the "
+                f"tolerance band ({rms['band']:.3g} RMS), so a constant answer would pass allclose; the "
+                f"candidate's error is {rms['error']:.3g} RMS, more than {INPUT_DEPENDENCE_RATIO:g}x that "
+                f"movement")
+
+
+def _dependence_steps(numel: int, size: int):
+    """(start, end, first block) of the steps of one pass over a flat output cut into blocks of
+    `size` elements: whole blocks per step when blocks are small, parts of one block otherwise."""
+    if size <= _STEP:
+        per = (_STEP // size) * size
+        for start in range(0, numel, per):
+            yield start, min(numel, start + per), start // size
+        return
+    start = 0
+    while start < numel:
+        block = start // size
+        end = min(numel, start + _STEP, (block + 1) * size)
+        yield start, end, block
+        start = end
+
+
+def _dependence_terms(o: torch.Tensor, r: torch.Tensor, p: torch.Tensor | None,
+                      options: EvalOptions) -> torch.Tensor | None:
+    """Per element: squared error, squared change from the previous trial's reference, squared
+    reference, squared tolerance band, in the working precision; None when the step needs the
+    exact path."""
+    r_abs = r.abs()
+    largest = max(r_abs.max().item(), o.abs().max().item(), p.abs().max().item() if p is not None else 0.0)
+    if not largest <= _FAST_PATH_LIMIT:
+        return None
+    values = torch.empty(4, r.numel(), dtype=r.dtype)
+    torch.sub(o, r, out=values[0]).square_()
+    if p is None:
+        values[1].zero_()
+    else:
+        torch.sub(r, p, out=values[1]).square_()
+    torch.mul(r, r, out=values[2])
+    torch.mul(r_abs, options.rtol, out=values[3]).add_(options.atol).square_()
+    return values
+
+
+def _dependence_terms_exact(o: torch.Tensor, r: torch.Tensor, p: torch.Tensor | None,
+                            options: EvalOptions) -> torch.Tensor:
+    """The same in float64, where a non-finite value on either side counts as no error and no
+    change (compare_outputs already required NaN and infinities to match)."""
+    r_finite = torch.isfinite(r)
+    zero = torch.zeros((), dtype=torch.float64)
+    error = torch.where(r_finite & torch.isfinite(o), o - r, zero).square()
+    if p is None:
+        change = torch.zeros_like(r)
+    else:
+        change = torch.where(r_finite & torch.isfinite(p), r - p, zero).square()
+    ref = torch.where(r_finite, r, zero)
+    band = torch.where(r_finite, ref.abs() * options.rtol + options.atol, zero)
+    return torch.stack([error, change, ref.square(), band.square()])
