@@ -33,6 +33,10 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parent / "adversarial"
 TEMPLATES = CORPUS / "templates"
 PROBLEMS = REPO / "examples" / "level1"
+# Where a header's `problem:` is looked up, in order: the examples, then problems written for the
+# corpus (tests/adversarial/problems/, e.g. the degenerate losses and means).
+CORPUS_PROBLEMS = CORPUS / "problems"
+PROBLEM_DIRS = (PROBLEMS, CORPUS_PROBLEMS)
 
 STATUSES = {"correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected"}
 FLAGS = {
@@ -49,6 +53,7 @@ FLAGS = {
     "memory_limit",
     "custom_kernel_unused",
     "timing_inconsistent",
+    "output_ignores_input",
 }
 KINDS = {"pytorch", "cpp_extension", "cuda_extension", "triton", "cuda_graph",
          "library_setting", "torch_compile"}
@@ -154,8 +159,9 @@ def parse_case(path: Path) -> Case:
     if "problem" not in values:
         raise HeaderError(f"{path}: missing `problem`")
     problem = values["problem"][0]
-    if not (PROBLEMS / f"{problem}.py").is_file():
-        raise HeaderError(f"{path}: problem {problem!r} is not a file in {PROBLEMS}")
+    if problem_path(problem) is None:
+        raise HeaderError(f"{path}: problem {problem!r} is not a file in "
+                          f"{' or '.join(str(d) for d in PROBLEM_DIRS)}")
     case = Case(path=path, problem=problem)
     case.statuses = set(words("expect-status"))
     case.not_statuses = set(words("expect-not-status"))
@@ -203,12 +209,22 @@ def parse_case(path: Path) -> Case:
     return case
 
 
+def problem_path(problem: str) -> Path | None:
+    """The file of a header's `problem:` (the first of PROBLEM_DIRS that has it), or None."""
+    for folder in PROBLEM_DIRS:
+        path = folder / f"{problem}.py"
+        if path.is_file():
+            return path
+    return None
+
+
 def discover() -> list[Path]:
-    """Every candidate file: *.py under the corpus, except templates/ and hidden/_ folders."""
+    """Every candidate file: *.py under the corpus, except templates/, problems/ and hidden/_
+    folders."""
     found = []
     for path in sorted(CORPUS.rglob("*.py")):
         parts = path.relative_to(CORPUS).parts
-        if parts[0] == "templates" or any(p.startswith((".", "_")) for p in parts):
+        if parts[0] in ("templates", "problems") or any(p.startswith((".", "_")) for p in parts):
             continue
         found.append(path)
     return found
@@ -392,8 +408,18 @@ def test_corpus_is_discovered():
     rels = [p.relative_to(CORPUS).as_posix() for p in files]
     assert any(r.startswith("honest/") for r in rels), rels
     assert any(r.startswith("hacks/") for r in rels), rels
-    assert not any(r.startswith("templates/") for r in rels), rels
+    assert not any(r.startswith(("templates/", "problems/")) for r in rels), rels
     assert (TEMPLATES / "network_escape.py").is_file()
+
+
+def test_problems_are_looked_up_in_the_examples_first_then_the_corpus():
+    assert problem_path("1_ReLU") == PROBLEMS / "1_ReLU.py"
+    assert problem_path("MSELossScalar") == CORPUS_PROBLEMS / "MSELossScalar.py"
+    assert problem_path("9_Nothing") is None
+    from kernelopt.kernelbench import load_problem
+
+    for path in sorted(CORPUS_PROBLEMS.glob("*.py")):
+        load_problem(path)  # every corpus problem is a valid KernelBench-format file
 
 
 @pytest.mark.parametrize("path", discover(), ids=lambda p: p.relative_to(CORPUS).as_posix())
@@ -458,7 +484,7 @@ def judge_case(case: Case, options, shared_evaluators) -> None:
     source = case.path.read_text(encoding="utf-8")
 
     def judge():
-        return shared_evaluators.evaluate(PROBLEMS / f"{case.problem}.py", source, options)
+        return shared_evaluators.evaluate(problem_path(case.problem), source, options)
 
     started = time.monotonic()
     result = judge()

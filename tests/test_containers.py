@@ -169,10 +169,10 @@ def test_an_evaluation_runs_each_worker_in_its_own_container(fake_daemon, exampl
                                   "hacks/child_fork_finishes_output.py", "hacks/thread_native_pthread.py",
                                   "hacks/crash_segfault_in_forward.py"])
 def test_hacks_on_the_channel_and_the_census_are_caught_in_a_container(fake_daemon, example, fast_options, case):
-    from test_adversarial import CORPUS, PROBLEMS, check_verdict, parse_case
+    from test_adversarial import CORPUS, check_verdict, parse_case, problem_path
 
     parsed = parse_case(CORPUS / case)
-    result = evaluate(load_problem(PROBLEMS / f"{parsed.problem}.py"), corpus(case),
+    result = evaluate(load_problem(problem_path(parsed.problem)), corpus(case),
                       docker_options(fast_options, timeout=parsed.timeout))
     assert check_verdict(parsed, result, 0.0) == [], result.message
 

@@ -55,3 +55,13 @@ def test_oversized_blobs_are_refused_before_reading(pipe):
     os.write(write_fd, b'{"blobs": [1000000]}\n')
     with pytest.raises(wire.ProtocolError, match="over"):
         wire.FrameReader(read_fd, max_blob_bytes=1000).read(time.monotonic() + 5)
+
+
+def test_a_write_to_a_reader_that_stopped_reading_ends_at_the_deadline(pipe):
+    # The host hands inputs to a worker that may hang: its writes must not block forever.
+    _, write_fd = pipe
+    os.set_blocking(write_fd, False)
+    begin = time.monotonic()
+    with pytest.raises(wire.ChannelTimeout):
+        wire.write_frame(write_fd, {"cmd": "call"}, [b"x" * (4 << 20)], deadline=begin + 0.3)
+    assert 0.25 <= time.monotonic() - begin < 5

@@ -117,8 +117,8 @@ def add_judging_options(p) -> None:
                    help="stop timing once the speedup's 95%% confidence interval is within +-P "
                         "(default 0.05; the time budget still caps it)")
     p.add_argument("--pin-timing", choices=["auto", "on", "off"], default="auto",
-                   help="run both workers' timed calls on one CPU core (default auto: on for CUDA, "
-                        "see docs/referee.md)")
+                   help="run both workers' timed calls of a round on one CPU core, changing it between "
+                        "rounds (default auto: on; off leaves placement to the OS; see docs/referee.md)")
     p.add_argument("--seed", type=int, default=None, help="fix the trial seeds (default: secret random)")
     p.add_argument("--build-mode", choices=["fast", "exact", "stock", "off"], default="fast",
                    help="how load_inline/load extensions are built: by the host, cached (fast, exact, "

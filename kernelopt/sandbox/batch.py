@@ -154,14 +154,28 @@ class Evaluator:
                 "fingerprint_seed": self._seeds.fingerprint_seed, "host_builds": False,
                 "problem_path": str(worker.scratch / "problem.py")}
         try:
-            for message in (load, {"cmd": "run", "seeds": seeds}):
-                reply, _ = worker.request(message, deadline)
-                if not reply.get("ok"):
-                    raise ProblemError(self.problem.path, f"the reference failed: {reply.get('error', reply)}")
+            self._request_ok(worker, load, deadline)
+            reply, blobs = self._request_ok(worker, {"cmd": "inputs", "seeds": seeds}, deadline)
+            self._request_ok(worker, {"cmd": "run", "count": len(seeds)}, deadline)
+            for meta, blob in zip(reply["sets"], blobs):
+                worker.send_inputs({"cmd": "call", "seed": meta["seed"], "spec": meta["spec"]}, blob, deadline)
+                self._check_ok(worker.receive(deadline)[0])
+            reply, _ = self._request_ok(worker, {"cmd": "report"}, deadline)
         except (WorkerDied, WorkerTimeout) as exc:
             self._reference.discard()
             raise ProblemError(self.problem.path, f"the reference worker failed: {exc}") from None
         return reply["calls"]
+
+    def _request_ok(self, worker: WorkerProcess, message: dict, deadline: float):
+        reply, blobs = worker.request(message, deadline)
+        self._check_ok(reply)
+        return reply, blobs
+
+    def _check_ok(self, reply: dict) -> None:
+        from kernelopt.kernelbench import ProblemError
+
+        if not reply.get("ok"):
+            raise ProblemError(self.problem.path, f"the reference failed: {reply.get('error', reply)}")
 
     def evaluate(self, source: str) -> EvalResult:
         """Judge one candidate (the source of a file defining ModelNew)."""

@@ -8,11 +8,14 @@ whatever the program prints goes to a log file the host reads back, size-capped.
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from kernelopt.sandbox import isolation
@@ -25,6 +28,8 @@ _BOOT = (
 )
 LOG_TAIL_BYTES = 16 << 10
 _WATCH_INTERVAL_S = 0.05
+INPUT_SLOT_BYTES = 4 << 30  # sparse: memory is used only as far as one call's inputs reach
+PLACEMENT_WINDOW_BYTES = 32 << 20  # written once up front: where a round's inputs may start
 
 
 class WorkerDied(RuntimeError):
@@ -55,30 +60,47 @@ class WorkerProcess:
         cmd_read, self._cmd_write = os.pipe()
         self._out_read, out_write = os.pipe()
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
+        # A container gets no descriptors beyond its attached streams: inputs then travel in frames.
+        self.inputs = None if backend.name == "docker" else InputSlot(role)
         if backend.name == "docker":
             self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
                                             cmd_read, out_write, self.log_path)
         else:
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
+            fds = (cmd_read, out_write, self.inputs.fd)
             command = [sys.executable, "-E", "-s", "-c", boot, "--role", role,
-                       "--cmd-fd", str(cmd_read), "--out-fd", str(out_write)]
-            command = isolation.wrap_command(backend, command, scratch, device, (cmd_read, out_write))
+                       "--cmd-fd", str(cmd_read), "--out-fd", str(out_write), "--inputs-fd", str(self.inputs.fd)]
+            command = isolation.wrap_command(backend, command, scratch, device, fds)
             with open(self.log_path, "wb") as log:
                 self.process = subprocess.Popen(
                     command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    pass_fds=(cmd_read, out_write), cwd=scratch, start_new_session=True, env=environment,
+                    pass_fds=fds, cwd=scratch, start_new_session=True, env=environment,
                 )
         os.close(cmd_read)
         os.close(out_write)
+        os.set_blocking(self._cmd_write, False)  # sends wait with a deadline (see send)
         self._reader = wire.FrameReader(self._out_read, max_blob_bytes=max_reply_bytes)
         self._stop_watch = threading.Event()
         threading.Thread(target=self._watch_memory, daemon=True).start()
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict, blobs: list[bytes] = (), deadline: float | None = None) -> None:
+        """Write a frame; a worker that stops reading (hung, or busy past `deadline`) is
+        killed, as one that stops answering is."""
         try:
-            wire.write_frame(self._cmd_write, message)
+            wire.write_frame(self._cmd_write, message, blobs, deadline)
+        except wire.ChannelTimeout:
+            self.kill()
+            raise WorkerTimeout(f"{self.role} worker did not take its input in time") from None
         except OSError:  # BrokenPipeError: the worker is gone
             raise self._death() from None
+
+    def send_inputs(self, message: dict, packed: bytes, deadline: float, at: int = 0) -> None:
+        """A `call` frame with one input set: written into the worker's input slot at byte
+        `at` (the frame then says where), or carried in the frame where there is no slot."""
+        if self.inputs is not None and self.inputs.put(packed, at):
+            self.send(dict(message, slot=len(packed), at=at), deadline=deadline)
+        else:
+            self.send(message, [packed], deadline)
 
     def request(self, message: dict, deadline: float) -> tuple[dict, list[bytes]]:
         """Send a command; wait for its reply until `deadline` (time.monotonic)."""
@@ -162,9 +184,9 @@ class WorkerProcess:
         """Ask the worker to quit, then make sure its whole tree is gone."""
         if self.process.poll() is None:
             try:
-                wire.write_frame(self._cmd_write, {"cmd": "quit"})
+                wire.write_frame(self._cmd_write, {"cmd": "quit"}, deadline=time.monotonic() + 2.0)
                 self.process.wait(timeout=2.0)
-            except (OSError, subprocess.TimeoutExpired):
+            except (OSError, wire.ChannelTimeout, subprocess.TimeoutExpired):
                 pass
         self.kill()
         for fd in (self._cmd_write, self._out_read):
@@ -172,6 +194,8 @@ class WorkerProcess:
                 os.close(fd)
             except OSError:
                 pass
+        if self.inputs is not None:
+            self.inputs.close()
 
     def kill(self) -> None:
         self._stop_watch.set()
@@ -200,6 +224,40 @@ class WorkerProcess:
                 self.memory_exceeded = True
                 self.kill()
                 return
+
+
+class InputSlot:
+    """Shared memory through which the host hands a worker one call's inputs at a time.
+
+    An anonymous file (memfd), sized once and sealed against resizing before the worker
+    inherits it: a candidate that truncated it would otherwise make the host's next write
+    fault. The host writes each input set only when the worker is about to use it; the worker
+    copies it out into fresh tensors before its call."""
+
+    def __init__(self, role: str, size: int = INPUT_SLOT_BYTES):
+        self.fd = os.memfd_create(f"kernelopt-{role}-inputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, size)
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        self.size = size
+        self._map = mmap.mmap(self.fd, size)
+        # The window's pages exist before the worker maps them (it touches them once at start),
+        # so moving the inputs within it from round to round costs no page faults in a call.
+        window = min(size, PLACEMENT_WINDOW_BYTES)
+        self._map[:window] = bytes(window)
+
+    def put(self, packed: bytes, at: int = 0) -> bool:
+        """Write one input set at byte `at` of the slot; False when it does not fit."""
+        if at < 0 or at + len(packed) > self.size:
+            return False
+        self._map[at:at + len(packed)] = packed
+        return True
+
+    def close(self) -> None:
+        try:
+            self._map.close()
+            os.close(self.fd)
+        except (OSError, BufferError):
+            pass
 
 
 def _start_container(backend: isolation.Backend, role: str, scratch: Path, device: str, memory_limit: int,

@@ -38,14 +38,15 @@ class EvalOptions(BaseModel):
     warmup_calls: int = Field(3, ge=1)
     min_timed_calls: int = Field(10, ge=3)
     max_timed_calls: int = Field(200, ge=3)
-    target_rel_spread: float = Field(0.05, gt=0, description="stop when IQR/median is below")
+    target_rel_spread: float = Field(
+        0.05, gt=0, description="unused since timing stops on the speedup's precision; kept so old requests parse")
     target_precision: float = Field(
         0.05, gt=0, description="stop when the speedup's 95 % confidence interval is within +- this")
     timing_budget: float = Field(10.0, gt=0, description="seconds of timing at most")
     outlier_speedup: float = Field(10.0, gt=1, description="re-measure speedups above this")
     pin_timing: Literal["auto", "on", "off"] = Field(
-        "auto", description="run both workers' timed calls on one CPU core; auto: on for CUDA "
-        "(launch-bound kernels are timed partly on the host, see docs/referee.md)")
+        "auto", description="run both workers' timed calls of a round on one CPU core, the core "
+        "changing between rounds; auto: on (see docs/referee.md)")
     keep_scratch: bool = False
     # Extension builds (see builds.py): the host builds what the candidate passes to
     # load_inline/load and caches it; "off" lets the candidate build in its own sandbox.
@@ -94,9 +95,10 @@ class Timing(BaseModel):
     candidate: TimingStats
     rounds: int
     calls_per_round: int
-    reference_ms: float = Field(description="the reference's median")
+    reference_ms: float = Field(description="the reference's mean time per timed call (the speedup's numerator)")
     candidate_ms: float = Field(
-        description="the candidate's median, or the host-clock bound when its timer claims less"
+        description="the candidate's mean time per timed call, plus any harness overhead beyond the "
+                    "reference's that is more than noise (work hidden from its timer)"
     )
     candidate_host_bound_ms: float | None = Field(
         None, description="candidate time implied by the host clock around its loop of calls"
@@ -104,10 +106,16 @@ class Timing(BaseModel):
     wall_speedup: float | None = Field(
         None, description="speedup from the host clock around each loop of calls (harness work included)"
     )
-    reference_overhead_ms: float | None = None
+    reference_overhead_ms: float | None = Field(
+        None, description="per call, the host clock's time around the call beyond the worker's timer")
     candidate_overhead_ms: float | None = None
+    reference_charge_ms: float = Field(
+        0.0, description="added to the reference's mean: its overhead beyond the candidate's, past noise")
+    candidate_charge_ms: float = Field(
+        0.0, description="added to the candidate's mean: its overhead beyond the reference's, past noise")
     speedup_precision: float | None = Field(
-        None, description="half the 95 % confidence interval of the speedup, relative to it")
+        None, description="half the 95 % confidence interval of the speedup, relative to it, from the "
+                          "rounds' variation (order, buffers, core and allocations change between rounds)")
     remeasured: bool = False
     speedups_measured: list[float] = Field(default_factory=list)
 

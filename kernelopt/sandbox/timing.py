@@ -53,3 +53,55 @@ def speedup_precision(cand: TimingStats, ref: TimingStats) -> float:
     """Relative half-width of the speedup's 95 % interval: the speedup is a ratio of the two
     medians, so their relative uncertainties add in quadrature."""
     return math.hypot(cand.median_precision, ref.median_precision)
+
+
+# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def t95(degrees: int) -> float:
+    if degrees < 1:
+        return math.inf
+    return _T95[degrees - 1] if degrees <= len(_T95) else 1.96 + 2.4 / degrees
+
+
+def excess(own: list[float], other: list[float], trim: float = 0.1) -> float:
+    """How much `own` exceeds `other` beyond noise, per pair (paired samples: the two sides'
+    harness overheads of one call on the same inputs).
+
+    The mean of the paired differences with `trim` of them cut from each tail, less its 95 %
+    half-width (from the winsorized spread), or 0. Trimming keeps a preempted call (a few ms
+    once in a while on a busy host) from widening the interval until real gaps hide in it; a
+    gap confined to the trimmed tail is at most that fraction of the calls."""
+    diffs = sorted(a - b for a, b in zip(own, other))
+    n = len(diffs)
+    if n == 0:
+        return 0.0
+    if n < 3:
+        return max(0.0, statistics.fmean(diffs))
+    cut = int(trim * n)
+    kept = diffs[cut:n - cut]
+    winsorized = [kept[0]] * cut + kept + [kept[-1]] * cut
+    spread = statistics.stdev(winsorized) / (1 - 2 * cut / n)
+    half = t95(len(kept) - 1) * spread / math.sqrt(n)
+    return max(0.0, statistics.fmean(kept) - half)
+
+
+def ratio_precision(numerators: list[float], denominators: list[float]) -> float:
+    """Relative half-width of a 95 % confidence interval of sum(numerators) / sum(denominators)
+    from paired samples (each round's mean call time of the reference and of the candidate).
+
+    The ratio's linearised residuals d_i = a_i - R b_i carry its uncertainty (the delta
+    method for a ratio estimator). The samples are whole rounds, so the interval covers what
+    changes between rounds (which worker goes first, where buffers lie, fresh allocations,
+    the core), not just the noise between calls of one round."""
+    k = len(numerators)
+    total_b = sum(denominators)
+    if k < 2 or total_b <= 0 or sum(numerators) <= 0:
+        return 1.0
+    ratio = sum(numerators) / total_b
+    residuals = [a - ratio * b for a, b in zip(numerators, denominators)]
+    standard_error = statistics.stdev(residuals) / (math.sqrt(k) * (total_b / k))
+    return t95(k - 1) * standard_error / ratio

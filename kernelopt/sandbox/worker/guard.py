@@ -20,7 +20,7 @@ import time
 _WATCHED_MODULES = (
     "builtins", "sys", "time", "gc", "os", "threading", "_thread", "ctypes",
     "torch", "torch._C", "torch.cuda", "torch.nn.functional", "torch.testing",
-    "torch.autograd", "torch.random",
+    "torch.autograd", "torch.random", "random",
 )
 _WATCHED_CLASSES = (
     ("torch", "Tensor"), ("torch.nn", "Module"), ("torch.cuda", "Event"), ("torch.cuda", "Stream"),
@@ -62,6 +62,7 @@ class Guard:
             for key, value in list(namespace.items())
             if _is_watched_value(value)
         }
+        self.class_spaces = [f"{m}.{c}" for m, c in _WATCHED_CLASSES]
         self.python_threads = python_thread_ids()
         self.os_threads = os_thread_count()
 
@@ -117,6 +118,12 @@ class Guard:
             value = namespace.get(key, _MISSING)
             if value is not original and not _torch_wrapper_of(value, original):
                 changed.append(f"{space}.{key}")
+        # A method added to a watched class shadows the one it inherits (torch.Tensor.copy_
+        # comes from the C base class): every harness call of it would run the candidate's code.
+        for space in self.class_spaces:
+            for key, value in list(current.get(space, {}).items()):
+                if (space, key) not in self.snapshot and _is_watched_value(value) and not _torch_code(value):
+                    changed.append(f"{space}.{key} (added)")
         return sorted(changed)
 
 
@@ -128,6 +135,11 @@ def _torch_wrapper_of(value, original) -> bool:
     verdict does not rest on this guard.)"""
     if value is _MISSING or not callable(value):
         return False
+    return _torch_code(value)
+
+
+def _torch_code(value) -> bool:
+    """Whether a Python function's code lives inside torch's package."""
     try:
         import torch
 

@@ -8,8 +8,10 @@ reference worker may be kept warm across the candidates of one problem and is th
 for each (see `Worker.load`). It computes no verdict: it reports raw facts (times,
 fingerprints, digests, outputs), and the host, which the candidate cannot reach, decides.
 
-Commands (JSON frames, see wire.py): load, run, fetch, ping, quit. Every reply carries "ok";
-failures carry "kind" (compile_error, runtime_error, problem_error, bad_output) and "error".
+Commands (JSON frames, see wire.py): load, inputs (the reference only), run (followed by its
+call frames and report), fetch, ping, quit. Every reply carries "ok";
+failures carry "kind" (compile_error, runtime_error, problem_error, bad_output, interception,
+protocol) and "error".
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import traceback
 from . import wire
 
 _perf_ns = time.perf_counter_ns
+_getprofile, _gettrace = sys.getprofile, sys.gettrace
+_timer_call = None  # measure.Timer.call, bound before the first program code runs
 _CUDA_ERROR_MARKERS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "unspecified launch failure")
 
@@ -52,10 +56,12 @@ class ExtensionTracker:
         self.build_log = ""
         # Set when the host builds extensions (see builds.py): sends a request, returns the reply.
         self.request_build = None
+        self.installed = False
 
     def install(self) -> None:
         from torch.utils import cpp_extension
 
+        self.installed = True
         for name in ("load_inline", "load"):
             original = getattr(cpp_extension, name)
             setattr(cpp_extension, name, self._wrap_builder(name, original))
@@ -186,6 +192,7 @@ class Worker:
         self.settings_at_start = {}
         self.retained: list[list] = []  # clones of the last round's outputs, for `fetch`
         self.loads = 0
+        self.inputs_map = None  # the host's input slot (shared memory), when it gave one
         import torch
 
         self._initial_seed = torch.initial_seed()  # the generators' state in a fresh process
@@ -214,10 +221,13 @@ class Worker:
         else:
             _probe_cuda_driver()
         self.settings_at_start = library_settings()
-        if self.role == "candidate":
+        # Both roles install the tracker: its imports shape the process (modules, heap), and
+        # two workers set up differently time the same code differently (an exact copy of a
+        # memory-bound kernel measured 0.6x-0.75x when only the candidate's had it).
+        if not self.tracker.installed:
             self.tracker.install()
-            if msg.get("host_builds"):
-                self.tracker.request_build = self._request_build
+        if self.role == "candidate" and msg.get("host_builds"):
+            self.tracker.request_build = self._request_build
         _warm_thread_pools()
         from .guard import Guard
 
@@ -243,80 +253,148 @@ class Worker:
             kind = "problem_error" if self.role == "reference" else "runtime_error"
             raise WorkerFailure(kind, f"{model_class.__name__}(*init_inputs) raised " + _describe(exc)) from None
         self.model = model
+        self._check_interception("after the candidate loaded")
         self.timer = measure.Timer(self.device)
         self.fingerprint = measure.Fingerprinter(msg["fingerprint_seed"])
         return {"ok": True, "init_digest": init_digest, "environment": environment(self.device),
                 "violations": self.guard.violations(), **self._labels()}
 
-    def run(self, msg: dict) -> tuple[dict, list[bytes]]:
-        """Run the model once per seed; report times, fingerprints and input digests.
+    def make_inputs(self, msg: dict) -> tuple[dict, list[bytes]]:
+        """The reference's input sets for the host's seeds, packed (see transfer.py): the host
+        hands them to both workers, one call at a time. Only the reference worker makes
+        inputs: no step of input generation runs where a candidate's code could reach it."""
+        from . import measure, transfer
 
-        All input sets of the request are generated first (distinct tensors, so no two calls
-        see the same addresses), then the calls run back to back; each output is cloned
-        outside the timed region and the call's own output released, so the allocator behaves
-        as in an ordinary loop. Fingerprints are computed after the last call, unless the
-        message says `"fingerprints": false` (outputs the host compares in full). A timed run
-        is a handshake: the worker says ready (inputs made), the host says go, the worker says
-        done (loop over), the host says report, the worker sends the reply.
+        if self.role != "reference":
+            raise WorkerFailure("protocol", "only the reference worker makes inputs")
+        sets, blobs = [], []
+        for seed in msg["seeds"]:
+            try:
+                measure.set_seed(seed)
+                inputs = self.problem.get_inputs()
+                with _harness_only():
+                    spec, packed = transfer.pack(inputs)
+                    digest = measure.digest(inputs)
+            except transfer.TransferError as exc:
+                raise WorkerFailure("problem_error", str(exc)) from None
+            except BaseException as exc:
+                raise WorkerFailure("problem_error", "get_inputs() raised " + _describe(exc)) from None
+            sets.append({"seed": seed, "spec": spec, "digest": digest})
+            blobs.append(packed)
+        return {"ok": True, "sets": sets}, blobs
+
+    def run(self, msg: dict) -> tuple[dict, list[bytes]]:
+        """Run the model once per `call` frame that follows; report times, fingerprints and
+        input digests when the host says `report`.
+
+        The worker says ready, then takes `count` calls one at a time: each frame brings one
+        input set (in the input slot, or in the frame), which is unpacked into fresh tensors,
+        run, and its output copied out of the timed region; the worker answers each call
+        (with the output when `return_outputs`) before the host hands over the next inputs.
+        So the host's clock brackets every call, and no call's inputs exist here before it.
+        Fingerprints wait for `report`: on a timed round, the host asks for them only after
+        both workers' calls, so they never overlap the other worker's timed calls.
         """
         from . import measure
 
-        seeds = msg["seeds"]
-        all_inputs = [self._make_inputs(seed) for seed in seeds]
+        count = msg.get("count")
+        if not isinstance(count, int) or count < 0:
+            return {"ok": False, "kind": "protocol", "error": "run needs a call count"}, []
         hash_inputs = bool(msg.get("hash_inputs"))
-        before = [measure.digest(inputs) for inputs in all_inputs] if hash_inputs else None
+        buffers = self.retained if msg.get("retain") else []
         calls_before = self.tracker.calls
-        if msg.get("timed"):
-            # Handshake so the host's own clock brackets exactly the loop of calls.
-            wire.write_frame(self.out_fd, {"ok": True, "ready": True})
-            go, _ = self.reader.read()
-            if go.get("cmd") != "go":
-                return {"ok": False, "kind": "protocol", "error": "expected go"}, []
-        reuse = self.retained if msg.get("retain") else []
+        records, kept_all = [], []
+        wire.write_frame(self.out_fd, {"ok": True, "ready": True})
         with _pinned_to(msg.get("pin_cpu")):
-            timed = [self._call(inputs, reuse[i] if i < len(reuse) else None)
-                     for i, inputs in enumerate(all_inputs)]
-        if msg.get("timed"):
-            self.timer.drain()
-            wire.write_frame(self.out_fd, {"ok": True, "done": True})
-            # The report waits for the host's word: fingerprinting here must not overlap the
-            # other worker's timed loop.
-            report, _ = self.reader.read()
-            if report.get("cmd") != "report":
-                return {"ok": False, "kind": "protocol", "error": "expected report"}, []
-        calls, blobs = [], []
-        for index, (seed, inputs, (event_ms, host_ms, kept, aliased)) in enumerate(zip(seeds, all_inputs, timed)):
-            record = {"seed": seed, "ms": event_ms, "host_ms": host_ms, "aliases_input": aliased,
-                      "meta": [[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
-                      "fingerprints": [self.fingerprint(t) for t in kept] if msg.get("fingerprints", True) else [],
-                      "input_bytes": sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs))}
-            if hash_inputs:
-                record["inputs_before"], record["inputs_after"] = before[index], measure.digest(inputs)
-            if msg.get("return_outputs"):
-                blobs.append(measure.serialize(kept))
-            calls.append(record)
-        self.retained = [kept for _, _, kept, _ in timed] if msg.get("retain") else []
-        reply = {"ok": True, "calls": calls, "extension_calls": self.tracker.calls - calls_before,
+            for index in range(count):
+                call, blobs = self.reader.read()
+                if call.get("cmd") != "call":
+                    return {"ok": False, "kind": "protocol", "error": "expected call"}, []
+                inputs = self._receive_inputs(call, blobs)
+                record = {"seed": call.get("seed")}
+                if hash_inputs:
+                    with _harness_only():
+                        record["inputs_before"] = measure.digest(inputs)
+                event_ms, host_ms, kept, aliased, shape = self._call(
+                    inputs, buffers[index] if index < len(buffers) else None)
+                with _harness_only():
+                    record.update(ms=event_ms, host_ms=host_ms, aliases_input=aliased, structure=shape,
+                                  meta=[[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
+                                  input_bytes=sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs)))
+                    if hash_inputs:
+                        record["inputs_after"] = measure.digest(inputs)
+                    blob = [measure.serialize(kept)] if msg.get("return_outputs") else []
+                del inputs
+                records.append(record)
+                kept_all.append(kept)
+                wire.write_frame(self.out_fd, {"ok": True, "called": index}, blob)
+        report, _ = self.reader.read()
+        if report.get("cmd") != "report":
+            return {"ok": False, "kind": "protocol", "error": "expected report"}, []
+        if msg.get("fingerprints", True):
+            with _harness_only():
+                for record, kept in zip(records, kept_all):
+                    record["fingerprints"] = [self.fingerprint(t) for t in kept]
+        self.retained = kept_all if msg.get("retain") else []
+        reply = {"ok": True, "calls": records, "extension_calls": self.tracker.calls - calls_before,
                  **self._labels()}
         reply["violations"] = self.guard.violations() if self.role == "candidate" else []
-        return reply, blobs
+        return reply, []
 
-    def _call(self, inputs, buffers: list | None = None) -> tuple[float, float, list, bool]:
-        """One timed forward: (event ms, host ms, copied outputs, whether outputs alias inputs).
-        The copy goes into `buffers` (last round's copies) when they fit: memory that is
-        already mapped costs the same every call, where fresh pages would add noise."""
-        from . import measure
+    def _receive_inputs(self, call: dict, blobs: list[bytes]):
+        """One call's inputs as fresh tensors on the device."""
+        from . import transfer
 
+        size, at = call.get("slot"), call.get("at", 0)
+        if size is None and len(blobs) == 1:
+            buffer = bytearray(blobs[0])
+        elif (isinstance(size, int) and isinstance(at, int) and self.inputs_map is not None
+              and 0 <= at and 0 <= size and at + size <= len(self.inputs_map)):
+            buffer = memoryview(self.inputs_map)[at:at + size]
+        else:
+            raise WorkerFailure("protocol", "a call frame without its inputs")
         try:
-            output, event_ms, host_ms = self.timer.call(self.model, inputs)
+            with _harness_only():
+                return transfer.unpack(call.get("spec"), buffer, self.device)
+        except transfer.TransferError as exc:
+            raise WorkerFailure("protocol", str(exc)) from None
+
+    def _call(self, inputs, buffers: list | None = None) -> tuple[float, float, list, bool, str]:
+        """One timed forward: (event ms, host ms, copied outputs, whether outputs alias inputs,
+        the output's structure). The copy goes into `buffers` (last round's copies) when they
+        fit: memory that is already mapped costs the same every call, where fresh pages would
+        add noise. The copy runs with torch-function handling off, after a check that nothing
+        intercepts tensor operations: the output is copied as it is when the call returns."""
+        from . import measure, transfer
+
+        self._check_interception("before its call")
+        try:
+            # Through the class, bound at import: a method shadowed on the instance is never called.
+            output, event_ms, host_ms = _timer_call(self.timer, self.model, inputs)
         except BaseException as exc:
             raise self._run_failure(exc) from None
-        try:
-            outputs = measure.flatten_outputs(output)
-        except measure.OutputError as exc:
-            raise WorkerFailure("bad_output", str(exc)) from None
-        aliased = measure.aliases(outputs, inputs)
-        return event_ms, host_ms, measure.copy_outputs(outputs, buffers), aliased
+        self._check_interception("after its call returned")
+        with _harness_only():
+            shape = transfer.structure(output)
+            try:
+                outputs = measure.flatten_outputs(output)
+            except measure.OutputError as exc:
+                raise WorkerFailure("bad_output", str(exc)) from None
+            aliased = measure.aliases(outputs, inputs)
+            kept = measure.copy_outputs(outputs, buffers)
+            self.timer.drain()
+        return event_ms, host_ms, kept, aliased, shape
+
+    def _check_interception(self, when: str) -> None:
+        """Anything that would run candidate code inside the harness's own steps (tensor
+        operations, function calls) must be gone whenever the harness works: a torch-function
+        or dispatch mode left on its stack, a profile or trace function."""
+        if self.role != "candidate":
+            return
+        found = interceptors()
+        if found:
+            raise WorkerFailure("interception", f"{', '.join(found)} active {when}: the candidate may not "
+                                                "intercept the harness's operations")
 
     def _request_build(self, request: dict) -> dict:
         """Mid-`load` exchange: the host builds (or finds in its cache) and answers."""
@@ -360,17 +438,6 @@ class Worker:
             raise WorkerFailure("compile_error", "the candidate defines no class ModelNew")
         return model_class
 
-    def _make_inputs(self, seed: int):
-        from . import measure
-
-        try:
-            measure.set_seed(seed)
-            inputs = self.problem.get_inputs()
-            return [measure.move_to(x, self.device) for x in inputs]
-        except BaseException as exc:
-            kind = "problem_error" if self.role == "reference" else "runtime_error"
-            raise WorkerFailure(kind, "get_inputs() raised " + _describe(exc)) from None
-
     def _run_failure(self, exc: BaseException) -> WorkerFailure:
         text = _describe(exc)
         if self.role == "reference":
@@ -388,8 +455,34 @@ class Worker:
     def _labels(self) -> dict:
         settings = library_settings()
         changed = sorted(k for k, v in settings.items() if self.settings_at_start.get(k) != v)
+        import torch
+
         return {"builds": self.tracker.builds, "extension_calls_total": self.tracker.calls,
-                "changed_settings": changed}
+                "changed_settings": changed, "torch_threads": torch.get_num_threads()}
+
+
+def _harness_only():
+    """The harness's own tensor work: no torch-function mode or subclass handler runs in it."""
+    import torch
+
+    return torch._C.DisableTorchFunction()
+
+
+def interceptors() -> list[str]:
+    """What is set up to run code inside the harness's steps: torch-function and dispatch
+    modes on their stacks, and Python profile/trace functions."""
+    import torch
+
+    found = []
+    if torch._C._len_torch_function_stack():
+        found.append("a torch-function mode")
+    if torch._C._len_torch_dispatch_stack():
+        found.append("a torch dispatch mode")
+    if _getprofile() is not None:
+        found.append("a profile function")
+    if _gettrace() is not None:
+        found.append("a trace function")
+    return found
 
 
 @contextlib.contextmanager
@@ -488,9 +581,16 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()[:2000] + "\n" + tail[-3000:]
 
 
-def serve(role: str, cmd_fd: int, out_fd: int) -> None:
+def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None) -> None:
     reader = wire.FrameReader(cmd_fd)
     worker = Worker(role, reader, out_fd)
+    if inputs_fd is not None:
+        import mmap
+
+        worker.inputs_map = mmap.mmap(inputs_fd, os.fstat(inputs_fd).st_size)
+        # Map the placement window's pages now (the host wrote them): a call never faults them in.
+        window = min(len(worker.inputs_map), 32 << 20)
+        sum(worker.inputs_map[offset] for offset in range(0, window, mmap.PAGESIZE))
     wire.write_frame(out_fd, {"ok": True, "hello": wire.PROTOCOL_VERSION, "pid": os.getpid()})
     while True:
         try:
@@ -504,6 +604,8 @@ def serve(role: str, cmd_fd: int, out_fd: int) -> None:
         try:
             if command == "load":
                 reply = worker.load(msg)
+            elif command == "inputs":
+                reply, blobs = worker.make_inputs(msg)
             elif command == "run":
                 reply, blobs = worker.run(msg)
             elif command == "fetch":
@@ -541,11 +643,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--role", choices=["reference", "candidate"], required=True)
     parser.add_argument("--cmd-fd", type=int, required=True)
     parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--inputs-fd", type=int, default=None)
     args = parser.parse_args(argv)
     cmd_fd, out_fd = _channel_off_standard_streams(args.cmd_fd, args.out_fd)
     import torch  # noqa: F401  (import before anything of the candidate's; binds torch's state)
 
-    from . import measure  # noqa: F401  (binds the clock and synchronisation functions)
+    from . import measure  # (binds the clock and synchronisation functions)
 
-    serve(args.role, cmd_fd, out_fd)
+    global _timer_call
+    _timer_call = measure.Timer.call
+
+    serve(args.role, cmd_fd, out_fd, args.inputs_fd)
     os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks get no say

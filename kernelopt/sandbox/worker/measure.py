@@ -17,6 +17,14 @@ import torch
 _perf_ns = time.perf_counter_ns
 _tensor_type = torch.Tensor
 _save = torch.save
+_manual_seed = torch.manual_seed
+_random_seed = random.seed
+try:
+    import numpy
+
+    _numpy_seed = numpy.random.seed
+except ImportError:
+    _numpy_seed = None
 
 
 class OutputError(ValueError):
@@ -24,23 +32,12 @@ class OutputError(ValueError):
 
 
 def set_seed(seed: int) -> None:
-    """Seed every generator a problem or model might draw from (KernelBench seeds torch)."""
-    torch.manual_seed(seed)
-    random.seed(seed)
-    try:
-        import numpy
-
-        numpy.random.seed(seed % (1 << 32))
-    except ImportError:
-        pass
-
-
-def move_to(obj, device: torch.device):
-    if type(obj) is _tensor_type:
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(move_to(item, device) for item in obj)
-    return obj
+    """Seed every generator a problem or model might draw from (KernelBench seeds torch), with
+    the functions as they were before any program code ran."""
+    _manual_seed(seed)
+    _random_seed(seed)
+    if _numpy_seed is not None:
+        _numpy_seed(seed % (1 << 32))
 
 
 def flatten_outputs(output) -> list[torch.Tensor]:

@@ -37,10 +37,19 @@ def encode_frame(header: dict, blobs: list[bytes] = ()) -> bytes:
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(blobs)
 
 
-def write_frame(fd: int, header: dict, blobs: list[bytes] = ()) -> None:
+def write_frame(fd: int, header: dict, blobs: list[bytes] = (), deadline: float | None = None) -> None:
+    """Write a whole frame. On a non-blocking descriptor, wait for room until `deadline`
+    (time.monotonic; ChannelTimeout after it)."""
     data = memoryview(encode_frame(header, blobs))
     while data:
-        written = os.write(fd, data)
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ChannelTimeout() from None
+            select.select([], [fd], [], remaining)
+            continue
         data = data[written:]
 
 

@@ -1,0 +1,141 @@
+"""Inputs as bytes, and the structure of outputs: what crosses between the workers.
+
+The reference worker makes every input set (the problem's `get_inputs` under the host's seed)
+and packs it: one flat buffer of tensor bytes plus a JSON-able spec of the nest (tensors,
+Python scalars, lists and tuples). The host hands the buffer to each worker, one call at a
+time, and the worker unpacks it into fresh tensors on its device. So the candidate's process
+never runs input generation, and the inputs of a call do not exist in it before that call.
+
+Runs inside the sandbox: standard library and torch only, bound before any program code runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_ALIGN = 64  # every tensor's bytes start on a cache line of the buffer
+_tensor_type = torch.Tensor
+_frombuffer = torch.frombuffer
+_empty_strided = torch.empty_strided
+_empty = torch.empty
+_uint8 = torch.uint8
+_copy = torch.Tensor.copy_
+_to = torch.Tensor.to
+_contiguous = torch.Tensor.contiguous
+_view = torch.Tensor.view
+_reshape = torch.Tensor.reshape
+_requires_grad = torch.Tensor.requires_grad_
+_SCALARS = (bool, int, float, str, type(None))
+_DTYPES = {str(d): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
+)}
+
+
+class TransferError(ValueError):
+    """Inputs that cannot be packed (an object that is not a tensor, scalar or sequence), or a
+    spec that does not describe the buffer it came with."""
+
+
+def pack(inputs) -> tuple[object, bytes]:
+    """(spec, buffer) of an input nest; tensors leave in their values, dtype, shape and (for
+    dense layouts) strides, on the CPU."""
+    chunks: list[bytes] = []
+    size = [0]
+    spec = _pack_into(inputs, chunks, size)
+    return spec, b"".join(chunks)
+
+
+def _pack_into(obj, chunks: list[bytes], size: list[int]):
+    if type(obj) is _tensor_type or isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if str(t.dtype) not in _DTYPES:
+            raise TransferError(f"inputs of dtype {t.dtype} are not supported")
+        dense = t.is_contiguous() or _non_overlapping_dense(t)
+        values = _contiguous(_to(t, "cpu"))
+        data = values.reshape(-1).view(_uint8).numpy().tobytes() if values.numel() else b""
+        padding = (-size[0]) % _ALIGN
+        chunks.append(b"\0" * padding)
+        offset = size[0] + padding
+        chunks.append(data)
+        size[0] = offset + len(data)
+        return {"tensor": {"offset": offset, "nbytes": len(data), "dtype": str(t.dtype),
+                           "shape": list(t.shape), "stride": list(t.stride()) if dense else None,
+                           "grad": bool(obj.requires_grad)}}
+    if isinstance(obj, _SCALARS):
+        return {"value": obj}
+    if type(obj) in (list, tuple):
+        return {type(obj).__name__: [_pack_into(item, chunks, size) for item in obj]}
+    raise TransferError(f"get_inputs() returned a {type(obj).__name__}: inputs must be tensors, Python "
+                        "scalars or lists/tuples of them")
+
+
+def _non_overlapping_dense(t: torch.Tensor) -> bool:
+    """A permutation of a contiguous layout (a transpose, channels-last): reproducible exactly."""
+    dims = sorted(range(t.dim()), key=lambda d: t.stride(d))
+    expected = 1
+    for d in dims:
+        if t.size(d) != 1 and t.stride(d) != expected:
+            return False
+        expected *= t.size(d)
+    return True
+
+
+def unpack(spec, buffer, device: torch.device):
+    """The input nest from `spec` over `buffer` (a writable buffer: the host's input slot, or
+    the bytes of a frame). A contiguous CPU tensor is a view of the buffer (the host writes
+    each call's inputs afresh, so nothing of another call is in it); any other tensor is a
+    fresh copy on `device`."""
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise TransferError("malformed input spec")
+    (kind, value), = spec.items()
+    if kind == "value":
+        if not isinstance(value, _SCALARS):
+            raise TransferError("malformed scalar in the input spec")
+        return value
+    if kind in ("list", "tuple"):
+        items = [unpack(item, buffer, device) for item in value]
+        return items if kind == "list" else tuple(items)
+    if kind == "tensor":
+        return _unpack_tensor(value, buffer, device)
+    raise TransferError(f"unknown input kind {kind!r}")
+
+
+def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
+    dtype = _DTYPES.get(meta.get("dtype"))
+    shape, offset, nbytes = meta.get("shape"), meta.get("offset"), meta.get("nbytes")
+    if dtype is None or not isinstance(shape, list) or not isinstance(offset, int) or not isinstance(nbytes, int):
+        raise TransferError("malformed tensor in the input spec")
+    if offset < 0 or offset + nbytes > len(buffer):
+        raise TransferError("a tensor of the input spec lies outside its buffer")
+    stride = meta.get("stride")
+    if nbytes:
+        flat = _view(_frombuffer(buffer, dtype=_uint8, count=nbytes, offset=offset), dtype)
+    else:
+        flat = _empty(0, dtype=dtype)
+    values = _reshape(flat, shape)
+    contiguous = stride is None or stride == list(values.stride()) or values.numel() <= 1
+    if device.type == "cpu" and contiguous:
+        if meta.get("grad"):
+            _requires_grad(values, True)
+        return values
+    if stride is not None:
+        target = _empty_strided(shape, stride, dtype=dtype, device=device)
+    else:
+        target = _empty(shape, dtype=dtype, device=device)
+    _copy(target, values)  # the fresh copy: the call never sees the shared buffer
+    if meta.get("grad"):
+        _requires_grad(target, True)
+    return target
+
+
+def structure(output) -> str:
+    """The output's nesting as a string ("T", "(T,T)", "[T,(T)]"), for the host to compare
+    with the reference's exactly: a tensor is not a one-element list of it."""
+    if type(output) is _tensor_type:
+        return "T"
+    if type(output) is tuple:
+        return "(" + ",".join(structure(item) for item in output) + ")"
+    if type(output) is list:
+        return "[" + ",".join(structure(item) for item in output) + "]"
+    return "?" + type(output).__name__

@@ -1,0 +1,35 @@
+# problem: 1_ReLU
+# expect-status: rejected
+# expect-flag: patched_runtime
+# family: work deferred into the harness's post-call copies
+# why: forward returns an uninitialised tensor at once and enters a TorchFunctionMode that it
+#   leaves on the stack; when the harness later copies, clones or fingerprints that tensor, the
+#   mode computes the real ReLU into it. The timed call is nearly free and the values are right
+#   by the time anyone looks. The mode stack is checked after every call, and the harness copies
+#   with torch-function handling off
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+_pending = {}
+
+
+class _Finish(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        for arg in args:
+            if isinstance(arg, torch.Tensor) and id(arg) in _pending:
+                with torch._C.DisableTorchFunction():
+                    torch.relu(_pending.pop(id(arg)), out=arg)
+        return func(*args, **(kwargs or {}))
+
+
+_mode = _Finish()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch._C._len_torch_function_stack() == 0:
+            _mode.__enter__()
+        out = torch.empty_like(x)
+        _pending[id(out)] = x
+        return out
