@@ -62,6 +62,13 @@ def test_a_checkout_is_read_in_kernelbench_order(tmp_path):
     assert ids(load_problem_set(root / "KernelBench")) == expected, "the KernelBench folder itself works too"
 
 
+def test_loose_files_beside_the_level_folders_are_not_problems(tmp_path):
+    # KernelBench's v0.1 branch keeps a test script beside its level folders.
+    root = write_checkout(tmp_path)
+    (root / "KernelBench" / "test.py").write_text("import kernelbench_tools\nrun_everything()\n")
+    assert len(load_problem_set(root)) == len(LAYOUT)
+
+
 def test_subsets_by_level_and_ids(tmp_path):
     root = write_checkout(tmp_path)
     assert ids(load_problem_set(root, levels={1})) == [(1, 1, "ScaleOne"), (1, 2, "ScaleTwo"), (1, 10, "ScaleTen")]

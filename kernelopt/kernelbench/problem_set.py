@@ -104,11 +104,11 @@ def _parquet_files(folder: Path) -> list[Path]:
 
 
 def _from_folder(folder: Path) -> list[Problem]:
-    """Problem files directly in `folder` and in its level subfolders."""
-    files = _python_files(folder)
-    for sub in sorted(folder.iterdir()):
-        if sub.is_dir() and _LEVEL_DIR.match(sub.name):
-            files += _python_files(sub)
+    """Problem files in `folder`'s level subfolders, or, where it has none, directly in it.
+    Loose files beside level folders are not problems (KernelBench's `v0.1` branch keeps a
+    `test.py` there)."""
+    levels = [sub for sub in sorted(folder.iterdir()) if sub.is_dir() and _LEVEL_DIR.match(sub.name)]
+    files = [f for sub in levels for f in _python_files(sub)] if levels else _python_files(folder)
     if not files:
         raise ProblemSetError(f"{folder}: no problem files (*.py) in it or in level* subfolders")
     return [_load(path) for path in files if not path.name.startswith("_")]
