@@ -225,7 +225,8 @@ def _judge_problem(problem, pending: list[Solution], options: EvalOptions, jobs:
             started = time.monotonic()
             for index, result in evaluator.evaluate_many([s.code for s in pending]):
                 record = _record(pending[index], status=result.status, speedup=result.speedup,
-                                 message=result.message, kinds=result.optimization_kinds, flags=result.flags)
+                                 message=result.message, kinds=result.optimization_kinds, flags=result.flags,
+                                 timing=_timing_summary(result))
                 log.add(record)
                 progress.step(pending[index].label, record, time.monotonic() - started)
                 started = time.monotonic()
@@ -253,11 +254,22 @@ def check_health_once(evaluator, problem, options: EvalOptions, log: ResultLog, 
 
 
 def _record(solution: Solution, status: str, speedup: float | None = None, message: str = "",
-            kinds: list | None = None, flags: list | None = None) -> dict:
+            kinds: list | None = None, flags: list | None = None, timing: dict | None = None) -> dict:
     return {"key": solution.key, "level": solution.level, "problem_id": solution.problem_id,
             "sample": solution.sample, "file": str(solution.path), "status": status,
             "correct": status == "correct", "speedup": speedup, "message": message[:2000],
-            "optimization_kinds": kinds or [], "flags": flags or []}
+            "optimization_kinds": kinds or [], "flags": flags or [], "timing": timing}
+
+
+def _timing_summary(result) -> dict | None:
+    """What a verdict's speedup rests on, kept in the record: both sides' times and the
+    relative half-width of the speedup's 95 % interval (None when the candidate was not timed)."""
+    t = result.timing
+    if t is None:
+        return None
+    return {"reference_ms": t.reference_ms, "candidate_ms": t.candidate_ms,
+            "speedup_precision": t.speedup_precision, "wall_speedup": t.wall_speedup,
+            "samples": t.candidate.samples, "remeasured": t.remeasured}
 
 
 def summarize_results(problem_set: ProblemSet, records) -> dict:
