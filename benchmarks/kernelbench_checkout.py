@@ -18,6 +18,8 @@ KernelBench's revisions worth knowing (https://github.com/ScalingIntelligence/Ke
 
 from __future__ import annotations
 
+import json
+
 import ast
 import io
 import re
@@ -128,3 +130,20 @@ def size_constants(source: str) -> str:
                 and not isinstance(node.value, (ast.Call, ast.Lambda))):
             parts.append(f"{node.targets[0].id}={ast.unparse(node.value)}")
     return ", ".join(parts)
+
+
+def read_jsonl_by_key(path: Path) -> dict[str, dict]:
+    """The records of a jsonl log by their "key" (a resumed run skips them); torn lines skipped."""
+    records = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            records[record["key"]] = record
+    return records
+
+
+def markdown_cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")

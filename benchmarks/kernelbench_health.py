@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernelbench_checkout import CheckoutError, export_problems, label_of, size_constants  # noqa: E402
+from kernelbench_checkout import (  # noqa: E402
+    CheckoutError, export_problems, label_of, markdown_cell, read_jsonl_by_key, size_constants,
+)
 
 GIB = 1 << 30
 
@@ -57,22 +59,6 @@ def probe(problem, options) -> dict:
     except Exception as exc:  # noqa: BLE001 - one problem's failure must not stop the sweep
         return {"flags": ["health_check_failed"], "details": [f"health_check_failed: {type(exc).__name__}: "
                                                               f"{str(exc)[:500]}"]}
-
-
-def read_log(path: Path) -> dict[str, dict]:
-    done = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            done[record["key"]] = record
-    return done
-
-
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def too_big(rows: list[dict]) -> list[dict]:
@@ -102,8 +88,8 @@ def markdown(report: dict) -> str:
     if flagged:
         lines += ["| level | id | name | revisions | sizes | flags | details |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {r['level']} | {r['problem_id']} | {_cell(r['name'])} | {', '.join(r['revisions'])} | "
-                  f"{_cell(r['sizes'][:80])} | {', '.join(r['flags'])} | {_cell('; '.join(r['details'])[:600])} |"
+        lines += [f"| {r['level']} | {r['problem_id']} | {markdown_cell(r['name'])} | {', '.join(r['revisions'])} | "
+                  f"{markdown_cell(r['sizes'][:80])} | {', '.join(r['flags'])} | {markdown_cell('; '.join(r['details'])[:600])} |"
                   for r in flagged]
     else:
         lines.append("No problem was flagged.")
@@ -151,7 +137,7 @@ def main() -> int:
             entry[1].append(info["label"])
 
     log_path = out / "health.jsonl"
-    done = read_log(log_path)
+    done = read_jsonl_by_key(log_path)
     settings = f"{args.device}/{options.memory_limit}/{options.timeout:g}"
     order = {info["label"]: index for index, info in enumerate(sources)}
     items = sorted(work.values(), key=lambda item: (item[0].level or 0, item[0].problem_id or 0, order[item[1][0]]))

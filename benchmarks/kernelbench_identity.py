@@ -45,7 +45,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernelbench_checkout import CheckoutError, export_problems  # noqa: E402
+from kernelbench_checkout import CheckoutError, export_problems, markdown_cell, read_jsonl_by_key  # noqa: E402
 
 KERNELOPT = str(Path(sys.executable).parent / "kernelopt")
 HONEST_RANGE = (0.8, 1.25)
@@ -86,18 +86,6 @@ def percentile(values: list[float], q: float) -> float:
     position = (len(ordered) - 1) * q
     low, high = math.floor(position), math.ceil(position)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def read_records(path: Path) -> dict[str, dict]:
-    records = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            records[record["key"]] = record
-    return records
 
 
 def interval(record: dict) -> tuple[float | None, float | None, bool | None]:
@@ -143,10 +131,6 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _speed(value) -> str:
     return f"{value:.3f}x" if value else "-"
 
@@ -184,8 +168,8 @@ def markdown(report: dict) -> str:
     lines += ["", f"### Not judged correct ({len(failed)})", ""]
     if failed:
         lines += ["| level | id | name | status | health flags | message |", "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {r['level']} | {r['problem_id']} | {_cell(r['name'])} | {r['status']} | "
-                  f"{_cell(', '.join(r['health_flags']) or '-')} | {_cell(r['message'][:400])} |" for r in failed]
+        lines += [f"| {r['level']} | {r['problem_id']} | {markdown_cell(r['name'])} | {r['status']} | "
+                  f"{markdown_cell(', '.join(r['health_flags']) or '-')} | {markdown_cell(r['message'][:400])} |" for r in failed]
     else:
         lines.append("None.")
     odd = [r for r in rows if r["status"] == "correct" and (
@@ -194,17 +178,17 @@ def markdown(report: dict) -> str:
     if odd:
         lines += ["| level | id | name | speedup | 95 % interval | health flags | verdict flags |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {r['level']} | {r['problem_id']} | {_cell(r['name'])} | {_speed(r['speedup'])} | "
+        lines += [f"| {r['level']} | {r['problem_id']} | {markdown_cell(r['name'])} | {_speed(r['speedup'])} | "
                   + (f"{r['interval'][0]:.3f}-{r['interval'][1]:.3f}" if r["interval"] else "-")
-                  + f" | {_cell(', '.join(r['health_flags']) or '-')} | {_cell(', '.join(r['flags']) or '-')} |"
+                  + f" | {markdown_cell(', '.join(r['health_flags']) or '-')} | {markdown_cell(', '.join(r['flags']) or '-')} |"
                   for r in odd]
     else:
         lines.append("None.")
     lines += ["", "### Every problem", "", "| level | id | name | status | speedup | +- (95 %) | health flags |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['level']} | {r['problem_id']} | {_cell(r['name'])} | {r['status']} | {_speed(r['speedup'])} | "
+    lines += [f"| {r['level']} | {r['problem_id']} | {markdown_cell(r['name'])} | {r['status']} | {_speed(r['speedup'])} | "
               + (f"{r['precision']:.1%}" if r["precision"] is not None else "-")
-              + f" | {_cell(', '.join(r['health_flags']) or '-')} |" for r in rows]
+              + f" | {markdown_cell(', '.join(r['health_flags']) or '-')} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -281,7 +265,7 @@ def main() -> int:
         print(f"kernelopt bench exited {proc.returncode} without a JSON summary; stdout:\n{proc.stdout[-4000:]}",
               file=sys.stderr)
 
-    records = read_records(out / "bench" / "results.jsonl")
+    records = read_jsonl_by_key(out / "bench" / "results.jsonl")
     for row in rows:
         health = records.get(f"health/{row['level']}/{row['problem_id']}", {})
         row.update(health_flags=health.get("flags", []), health_details=health.get("details", []))
