@@ -45,6 +45,39 @@ def _namespaces() -> dict[str, dict]:
     return spaces
 
 
+# The aten operators the harness applies to inputs and outputs (copies, digests, fingerprints):
+# a kernel registered over one of them (torch.library) would run candidate code in the harness's
+# steps, whatever the torch-function and dispatch mode stacks say.
+_HARNESS_OPS = (
+    "aten::copy_", "aten::clone", "aten::detach", "aten::_to_copy", "aten::contiguous", "aten::view",
+    "aten::reshape", "aten::_reshape_alias", "aten::sum.dim_IntList", "aten::sum", "aten::abs",
+    "aten::linalg_vector_norm", "aten::dot", "aten::cat", "aten::stack", "aten::constant_pad_nd",
+    "aten::nan_to_num", "aten::isnan", "aten::isposinf", "aten::isneginf", "aten::mul.Tensor",
+    "aten::empty.memory_format", "aten::empty_strided", "aten::view_as_real", "aten::_local_scalar_dense",
+    "aten::resolve_conj", "aten::resolve_neg", "aten::zero_", "aten::fill_.Scalar", "aten::as_strided",
+)
+# Dispatch keys whose kernels do the work (meta, functionalization and tracing keys that torch
+# registers lazily, e.g. for torch.compile, are not the harness's concern).
+_KERNEL_KEYS = ("CPU:", "CUDA:", "Autograd", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                "BackendSelect:", "ADInplaceOrView:")
+
+
+def dispatcher_registrations() -> dict[str, tuple[str, ...]]:
+    """The kernels registered for the harness's operators, per operator (lines of the
+    dispatcher's dump for the keys that do the work)."""
+    import torch
+
+    dump = torch._C._dispatch_dump
+    found = {}
+    for op in _HARNESS_OPS:
+        try:
+            text = dump(op)
+        except RuntimeError:  # an operator this torch version does not have
+            continue
+        found[op] = tuple(line for line in text.splitlines() if line.startswith(_KERNEL_KEYS))
+    return found
+
+
 def _is_watched_value(value) -> bool:
     return callable(value) or isinstance(value, (staticmethod, classmethod, property))
 
@@ -63,6 +96,7 @@ class Guard:
             if _is_watched_value(value)
         }
         self.class_spaces = [f"{m}.{c}" for m, c in _WATCHED_CLASSES]
+        self.kernels = dispatcher_registrations()
         self.python_threads = python_thread_ids()
         self.os_threads = os_thread_count()
 
@@ -70,7 +104,7 @@ class Guard:
         """Everything the candidate changed or left running, as {flag, detail} records. A check
         that cannot run (the candidate blocked it, e.g. with an audit hook) is a violation."""
         found = []
-        for check in (self._patches, self._threads, self._children):
+        for check in (self._patches, self._kernels, self._threads, self._children):
             try:
                 problem = check()
             except BaseException as exc:  # noqa: BLE001 - anything here is the candidate's doing
@@ -84,6 +118,14 @@ class Guard:
         patched = self.patched_names()
         if patched:
             return {"flag": "patched_runtime", "detail": "replaced: " + ", ".join(patched[:12])}
+        return None
+
+    def _kernels(self) -> dict | None:
+        now = dispatcher_registrations()
+        changed = sorted(op for op, lines in now.items() if lines != self.kernels.get(op))
+        if changed:
+            return {"flag": "patched_runtime", "detail": "kernels registered over the harness's operators "
+                                                         "(torch.library): " + ", ".join(changed[:8])}
         return None
 
     def _threads(self) -> dict | None:
