@@ -563,7 +563,8 @@ class _Session:
         self._timed_round(per_round, 1)
         round_s = per_round * harness_s * 2
         rounds = self._measured_rounds(per_round, round_s)
-        if (self._excess_overhead(rounds) > self._overhead_allowance(rounds)
+        slack_c, _, allowance = self._overheads(rounds)
+        if (slack_c > allowance
                 and time.monotonic() + _MIN_ROUNDS * round_s < self.deadline - 1.0):
             # A gross gap must show again in a fresh measurement: a busy host can preempt an
             # honest worker during its calls, while forged timings or work hidden from the
@@ -583,8 +584,7 @@ class _Session:
         cand_stats = timing.summarize([ms for side in cand for ms in side.timer_ms])
         ref_stats = timing.summarize([ms for side in ref for ms in side.timer_ms])
         cand_ms, ref_ms = statistics.fmean(cand_means), statistics.fmean(ref_means)
-        slack_c = statistics.fmean(side.overhead_ms for side in cand)
-        slack_r = statistics.fmean(side.overhead_ms for side in ref)
+        slack_c, slack_r, _ = self._overheads(rounds)
         return Timing(method=method, reference=ref_stats, candidate=cand_stats, rounds=len(rounds),
                       calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                       candidate_host_bound_ms=cand_stats.mean_ms + slack_c - slack_r,
@@ -808,29 +808,22 @@ class _Session:
                           ("inconsistent_outputs",))
 
     @staticmethod
-    def _slacks(rounds) -> tuple[float, float, float]:
-        """(candidate's mean timer ms, its mean overhead per call, the reference's overhead)."""
+    def _overheads(rounds) -> tuple[float, float, float]:
+        """Per call: the candidate's overhead (host time beyond its timer), the reference's, and
+        the most the candidate's may be. Small gaps are noise or small forgeries, which the
+        speedup charges where they are more than noise (see _side_means); only a gross gap is
+        rejected outright."""
         cand_ms = statistics.fmean(ms for c, _ in rounds for ms in c.timer_ms)
-        return (cand_ms, statistics.fmean(c.overhead_ms for c, _ in rounds),
-                statistics.fmean(r.overhead_ms for _, r in rounds))
-
-    def _excess_overhead(self, rounds) -> float:
-        _, slack_c, _ = self._slacks(rounds)
-        return slack_c
-
-    def _overhead_allowance(self, rounds) -> float:
-        # Small gaps are noise or small forgeries: the speedup then charges the excess that is
-        # more than noise (see _timing_result). Only a gross gap is rejected outright.
-        cand_ms, _, slack_r = self._slacks(rounds)
-        return 3 * slack_r + 1.0 + 0.5 * cand_ms
+        slack_c = statistics.fmean(c.overhead_ms for c, _ in rounds)
+        slack_r = statistics.fmean(r.overhead_ms for _, r in rounds)
+        return slack_c, slack_r, 3 * slack_r + 1.0 + 0.5 * cand_ms
 
     def _check_wall_clock(self, rounds) -> None:
         """The host's clock brackets each call. Per call, the time its own timer does not
         account for (handing over the inputs, copying the output) is the same harness work in
         both workers; a candidate whose timer under-reports (forged timings) or that does work
         outside its timed region shows a larger gap than the reference."""
-        _, slack_c, slack_r = self._slacks(rounds)
-        allowance = self._overhead_allowance(rounds)
+        slack_c, slack_r, allowance = self._overheads(rounds)
         passed = slack_c <= allowance
         self.checks.append(Check(name="wall_clock_consistency", passed=passed,
                                  detail=f"per-call time outside the timer: candidate {slack_c:.3f} ms, "
