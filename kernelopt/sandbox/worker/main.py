@@ -288,8 +288,9 @@ class Worker:
         input digests when the host says `report`.
 
         The worker says ready, then takes `count` calls one at a time: each frame brings one
-        input set (in the input slot, or in the frame), which is unpacked into fresh tensors,
-        run, and its output copied out of the timed region; the worker answers each call
+        input set (in the input slot, or in the frame), which is unpacked (contiguous CPU
+        tensors as views of it, the rest as fresh copies on the device), run, and its output
+        copied out of the timed region; the worker answers each call
         (with the output when `return_outputs`) before the host hands over the next inputs.
         So the host's clock brackets every call, and no call's inputs exist here before it.
         Fingerprints wait for `report`: on a timed round, the host asks for them only after
