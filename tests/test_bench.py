@@ -28,12 +28,19 @@ def problem_set(tmp_path):
     return root.parent
 
 
+# An honest ReLU that also waits 3 ms a call: correct, and far below 1x whatever the CPU's timing
+# noise (an exact copy of a 0.25 ms ReLU can measure 0.5x-1.6x on a busy 2-core host), so the
+# fast_p buckets this test checks do not depend on it.
+SLOW_RELU = ("import time\nimport torch\nclass ModelNew(torch.nn.Module):\n"
+             "    def forward(self, x):\n        time.sleep(0.003)\n        return torch.relu(x)\n")
+
+
 @pytest.fixture
 def solutions(tmp_path):
     folder = tmp_path / "generations" / "run1"
     folder.mkdir(parents=True)
     files = {
-        "level_1_problem_1_sample_0_kernel.py": (EXAMPLES / "candidates/1_ReLU/relu_clamp.py").read_text(),
+        "level_1_problem_1_sample_0_kernel.py": SLOW_RELU,
         "level_1_problem_1_sample_1_kernel.py": "import torch\nclass ModelNew(torch.nn.Module):\n"
                                                 "    def forward(self, x):\n        return torch.relu(x) * 2\n",
         "level_1_problem_4_sample_0_kernel.py":
@@ -61,8 +68,8 @@ def test_generations_are_scored_per_level_with_missing_problems_as_failures(prob
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     level1, level2 = summary["levels"]["1"], summary["levels"]["2"]
-    # Level 1: ReLU's best sample is the honest clamp (about 1x; the doubled ReLU is incorrect),
-    # the softmax that drops the dead matmul is far above 2x: both correct.
+    # Level 1: ReLU's best sample is the honest, slow one (far below 1x; the doubled ReLU is
+    # incorrect), the softmax that drops the dead matmul is far above 2x: both correct.
     assert level1["n_problems"] == 2 and level1["fast_0"] == 1.0
     assert level1["fast_1.5"] == level1["fast_2"] == 0.5
     # Level 2 has no solution at all: a failure, not a gap.
