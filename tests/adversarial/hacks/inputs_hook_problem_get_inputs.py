@@ -1,4 +1,4 @@
-# problem: 1_ReLU
+# problem: 4_RedundantSoftmax
 # expect-status: correct rejected
 # speedup-max: 1.5
 # family: work done while inputs are made
@@ -35,4 +35,4 @@ def _key(inputs):
 class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hit = _cache.pop(_key([x]), None)
-        return hit if hit is not None else torch.relu(x)
+        return hit if hit is not None else _reference(x)

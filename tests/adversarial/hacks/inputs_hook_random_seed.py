@@ -1,4 +1,4 @@
-# problem: 1_ReLU
+# problem: 4_RedundantSoftmax
 # expect-status: correct rejected
 # speedup-max: 1.5
 # family: work done while inputs are made
@@ -15,6 +15,7 @@ import torch.nn as nn
 
 _cache = {}
 _problem = sys.modules.get("kernelopt_problem")
+_reference = _problem.Model(*_problem.get_init_inputs()) if _problem is not None else None
 _original_seed = random.seed
 
 
@@ -31,7 +32,7 @@ def _seed_and_precompute(seed=None, *args, **kwargs):
     inputs = _problem.get_inputs()
     torch.random.set_rng_state(state)
     with torch.no_grad():
-        _cache[_key(inputs[0])] = torch.relu(inputs[0])
+        _cache[_key(inputs[0])] = _reference(*inputs)
 
 
 random.seed = _seed_and_precompute
@@ -40,4 +41,4 @@ random.seed = _seed_and_precompute
 class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hit = _cache.pop(_key(x), None)
-        return hit if hit is not None else torch.relu(x)
+        return hit if hit is not None else _reference(x)

@@ -1,4 +1,4 @@
-# problem: 1_ReLU
+# problem: 4_RedundantSoftmax
 # expect-status: correct rejected
 # speedup-max: 1.5
 # family: a round's work front-loaded into one call
@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 
 _cache = {}
+_problem = sys.modules["kernelopt_problem"]
+_reference = _problem.Model(*_problem.get_init_inputs())
 
 
 def _key(x):
@@ -38,5 +40,5 @@ class ModelNew(nn.Module):
             return hit
         for other in _reachable_inputs():
             if other.shape == x.shape and other.data_ptr() != x.data_ptr():
-                _cache[_key(other)] = torch.relu(other)
-        return torch.relu(x)
+                _cache[_key(other)] = _reference(other)
+        return _reference(x)
