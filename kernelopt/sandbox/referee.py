@@ -462,6 +462,7 @@ class _Session:
                 for worker, flags in ((self.reference, ref_run), (self.candidate, cand_run)):
                     outputs[worker] += self._call_reply(worker, flags)
                     run.answered += worker is self.reference
+                self._check_sandbox_census()  # after every call (see _timed_calls)
             reports = {self.reference: self._report_reference(run), self.candidate: self._report(self.candidate)}
         except (Verdict, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
             self._settle_reference(run)
@@ -714,6 +715,11 @@ class _Session:
             ref_run.answered += reference
             if reply.get("called") is None:
                 self._protocol_error(worker, "called")
+            if not reference:
+                # After every call, not only at the round's end: a thread or process the call
+                # left running could slow the reference's turn on the shared core and be gone
+                # by the report.
+                self._check_sandbox_census()
         return SideRound(timer_ms=[], host_ms=host_ms)
 
     def _timing_cpu(self, number: int) -> int | None:
