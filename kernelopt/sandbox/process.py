@@ -231,8 +231,8 @@ class InputSlot:
 
     An anonymous file (memfd), sized once and sealed against resizing before the worker
     inherits it: a candidate that truncated it would otherwise make the host's next write
-    fault. The host writes each input set only when the worker is about to use it; the worker
-    copies it out into fresh tensors before its call."""
+    fault. The host writes each input set only when the worker is about to use it, and the next
+    one only after the worker has answered that call."""
 
     def __init__(self, role: str, size: int = INPUT_SLOT_BYTES):
         self.fd = os.memfd_create(f"kernelopt-{role}-inputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)

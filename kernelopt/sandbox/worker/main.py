@@ -343,7 +343,8 @@ class Worker:
         return reply, []
 
     def _receive_inputs(self, call: dict, blobs: list[bytes]):
-        """One call's inputs as fresh tensors on the device."""
+        """One call's inputs on the device: contiguous CPU tensors as views of the slot (or of
+        the frame's bytes), the rest as fresh copies (transfer.unpack)."""
         from . import transfer
 
         size, at = call.get("slot"), call.get("at", 0)

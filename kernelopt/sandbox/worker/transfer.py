@@ -3,7 +3,8 @@
 The reference worker makes every input set (the problem's `get_inputs` under the host's seed)
 and packs it: one flat buffer of tensor bytes plus a JSON-able spec of the nest (tensors,
 Python scalars, lists and tuples). The host hands the buffer to each worker, one call at a
-time, and the worker unpacks it into fresh tensors on its device. So the candidate's process
+time, and the worker unpacks it on its device (contiguous CPU tensors as views of the bytes,
+the rest as fresh copies). So the candidate's process
 never runs input generation, and the inputs of a call do not exist in it before that call.
 
 Runs inside the sandbox: standard library and torch only, bound before any program code runs.
