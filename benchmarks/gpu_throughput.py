@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PROBLEM = REPO / "examples" / "level1" / "1_ReLU.py"
 TEMPLATE = REPO / "tests" / "adversarial" / "honest" / "relu_cuda_extension.py"
-KERNELOPT = [sys.executable, "-m", "kernelopt.agent.cli"]
+KERNELOPT = [sys.executable, "-m", "kernelopt"]
 BLOCK_SIZES = (128, 256, 512, 1024)
 
 

@@ -24,7 +24,7 @@ def relu_set(tmp_path):
 
 
 def baselines(problem_set, store, *extra, device="cpu"):
-    return subprocess.run([sys.executable, "-m", "kernelopt.agent.cli", "baselines", "--kernelbench",
+    return subprocess.run([sys.executable, "-m", "kernelopt", "baselines", "--kernelbench",
                            str(problem_set), "--store", str(store), "--device", device, "--timing-budget", "1",
                            "--json", *extra], capture_output=True, text=True, timeout=900)
 

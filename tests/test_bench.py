@@ -54,7 +54,7 @@ def solutions(tmp_path):
 
 
 def bench(problem_set, solutions, out, *extra, wait=True):
-    command = [sys.executable, "-m", "kernelopt.agent.cli", "bench", "--kernelbench", str(problem_set),
+    command = [sys.executable, "-m", "kernelopt", "bench", "--kernelbench", str(problem_set),
                "--solutions", str(solutions), "--out", str(out), "--device", "cpu", "--timing-budget", "1",
                "--json", *extra]
     if not wait:

@@ -19,7 +19,7 @@ import torch
 from conftest import REPO
 from llm_server import Reply, ScriptedLLMServer
 
-from kernelopt.agent.cli import main
+from kernelopt.cli import main
 
 EXAMPLES = REPO / "examples"
 QUICK_EVAL = ["--device", "cpu", "--timing-budget", "0.5", "--correctness-trials", "2"]
@@ -82,7 +82,7 @@ def test_a_killed_pass_resumes_and_ends_with_the_metrics_and_the_runs(endpoint, 
 
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "KERNELOPT_STORE")}
     with ScriptedLLMServer(script) as server:
-        command = [sys.executable, "-m", "kernelopt.agent.cli", *bench_args(problem_set, out, store, server.url),
+        command = [sys.executable, "-m", "kernelopt", *bench_args(problem_set, out, store, server.url),
                    "--budget", "1"]
         first = subprocess.Popen(command, env={**env, "OPENAI_API_KEY": "test-key"}, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from kernelopt.agent.cli import main as cli_main
+from kernelopt.cli import main as cli_main
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import evaluate
 from kernelopt.sandbox.builds import BuildCache, BuildService, build_key, parse_request

@@ -118,7 +118,7 @@ def test_the_cli_names_the_missing_daemon(tmp_path):
     import subprocess
 
     env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/docker.sock")
-    done = subprocess.run([sys.executable, "-m", "kernelopt.agent.cli", "eval", "--reference",
+    done = subprocess.run([sys.executable, "-m", "kernelopt", "eval", "--reference",
                            str(REPO / "examples/level1/1_ReLU.py"), "--candidate",
                            str(REPO / "examples/candidates/1_ReLU/relu_clamp.py"), "--device", "cpu",
                            "--sandbox", "docker"], capture_output=True, text=True, env=env, timeout=120)

@@ -15,7 +15,7 @@ from kernelopt.sandbox import doctor, isolation
 
 
 def run_doctor(env: dict | None = None, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kernelopt.agent.cli", "doctor", *args],
+    return subprocess.run([sys.executable, "-m", "kernelopt", "doctor", *args],
                           capture_output=True, text=True, env=env, timeout=300)
 
 

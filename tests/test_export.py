@@ -22,7 +22,7 @@ import pytest
 from llm_server import ScriptedLLMServer
 from test_optimize import FAST, NO_CODE, PROBLEM, PROGRAM, answer
 
-from kernelopt.agent.cli import main
+from kernelopt.cli import main
 from kernelopt.rewards import Outcome, discounted_returns, make_reward, max_reward_returns
 from kernelopt.rewards.export import preference_rows, scored_rows, sft_rows, trajectory_rows, verl_rows
 

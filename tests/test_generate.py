@@ -10,7 +10,7 @@ import sqlite3
 from conftest import REPO
 from llm_server import ScriptedLLMServer
 
-from kernelopt.agent.cli import main
+from kernelopt.cli import main
 
 EXAMPLES = REPO / "examples"
 TYPO = (EXAMPLES / "candidates/4_RedundantSoftmax/typo.py").read_text()

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 from llm_server import Reply, ScriptedLLMServer
 
-from kernelopt.agent.cli import main
+from kernelopt.cli import main
 
 PROBLEM = REPO / "examples" / "level1" / "4_RedundantSoftmax.py"
 QUICK_EVAL = ["--device", "cpu", "--timing-budget", "1", "--correctness-trials", "2"]

@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 import pytest
 
 from kernelopt.agent.bench import summarize_results
-from kernelopt.agent.cli import main
+from kernelopt.cli import main
 from kernelopt.kernelbench.metrics import (
     DISTRIBUTION_KEYS, FAST_P_THRESHOLDS, ProblemOutcome, best_per_problem, fast_p_curve, fast_p_key,
     kind_breakdown, speedup_bucket, speedup_distribution, summarize,

@@ -328,7 +328,7 @@ def test_shutdown_finishes_the_evaluation_in_progress_and_answers_the_waiting_wi
 # -- the command ----------------------------------------------------------------------------------
 
 def _kernelopt_serve(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kernelopt.agent.cli", "serve", *args], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "kernelopt", "serve", *args], cwd=REPO,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
@@ -354,14 +354,14 @@ def test_kernelopt_serve_prints_its_url_serves_and_stops_on_sigterm():
     (["--device", "cuda:7"], "invalid option"),
 ])
 def test_kernelopt_serve_rejects_unusable_settings_with_exit_2(args, message, capsys):
-    from kernelopt.agent.cli import main
+    from kernelopt.cli import main
 
     assert main(["serve", "--device", "cpu", *args]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_kernelopt_serve_says_when_the_port_is_taken(capsys):
-    from kernelopt.agent.cli import main
+    from kernelopt.cli import main
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from kernelopt.agent.cli import EXIT_BAD_INPUT, EXIT_OK, UsageError
-from kernelopt.agent.cli_bench import add_gpus_option, agent_setup, plural, run_set
-from kernelopt.agent.cli_optimize import (
+from kernelopt.cli.parser import EXIT_BAD_INPUT, EXIT_OK, UsageError
+from kernelopt.cli.bench import add_gpus_option, agent_setup, plural, run_set
+from kernelopt.cli.optimize import (
     EXIT_RUN_FAILED,
     add_budget_options,
     add_endpoint_options,

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from kernelopt.agent.cli import EXIT_BAD_INPUT, EXIT_OK, EnvironmentFailure, UsageError
+from kernelopt.cli.parser import EXIT_BAD_INPUT, EXIT_OK, EnvironmentFailure, UsageError
 from kernelopt.agent.strategies import STRATEGIES
 
 EXIT_RUN_FAILED = 1

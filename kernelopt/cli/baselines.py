@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import sys
 
-from kernelopt.agent.cli import EXIT_OK, EnvironmentFailure, UsageError
-from kernelopt.agent.cli_bench import add_problem_set_options
+from kernelopt.cli.parser import EXIT_OK, EnvironmentFailure, UsageError
+from kernelopt.cli.bench import add_problem_set_options
 
 
 def add_baselines_command(commands) -> None:
@@ -31,7 +31,7 @@ def add_baselines_command(commands) -> None:
 
 def run_baselines(args) -> int:
     from kernelopt.agent.baselines import BaselineStore, default_names, measure_baselines
-    from kernelopt.agent.cli_bench import problem_set_from
+    from kernelopt.cli.bench import problem_set_from
     from kernelopt.kernelbench import ProblemError, ProblemSetError
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.process import SandboxError

@@ -9,8 +9,8 @@ import signal
 import sys
 import threading
 
-from kernelopt.agent.cli import EXIT_OK, UsageError, add_judging_options, judging_options, parse_size
-from kernelopt.agent.cli_bench import add_problem_set_options, problem_set_from
+from kernelopt.cli.parser import EXIT_OK, UsageError, add_judging_options, judging_options, parse_size
+from kernelopt.cli.bench import add_problem_set_options, problem_set_from
 
 DEFAULT_PORT = 8321
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from kernelopt.agent.cli import EXIT_ENVIRONMENT, EXIT_OK
+from kernelopt.cli.parser import EXIT_ENVIRONMENT, EXIT_OK
 
 
 def add_doctor_command(commands) -> None:

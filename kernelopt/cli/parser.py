@@ -3,7 +3,7 @@
 Exit codes: 0 when a verdict was reached (whatever it is), 2 for unusable input (a missing
 file, an invalid problem, a device or isolation backend that is not available), 3 when the
 sandbox itself failed (a worker could not start). `optimize` adds 1 for a run that started and
-then stopped on an error (see cli_optimize.py).
+then stopped on an error (see optimize.py).
 """
 
 from __future__ import annotations
@@ -43,31 +43,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kernelopt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     add_eval_command(commands)
-    from kernelopt.agent.cli_optimize import add_commands  # it imports this module's exit codes
+    from kernelopt.cli.optimize import add_commands  # it imports this module's exit codes
 
     add_commands(commands)
-    from kernelopt.agent.cli_cache import add_cache_command
+    from kernelopt.cli.cache import add_cache_command
 
     add_cache_command(commands)
-    from kernelopt.agent.cli_doctor import add_doctor_command
+    from kernelopt.cli.doctor import add_doctor_command
 
     add_doctor_command(commands)
-    from kernelopt.agent.cli_bench import add_bench_command
+    from kernelopt.cli.bench import add_bench_command
 
     add_bench_command(commands)
-    from kernelopt.agent.cli_baselines import add_baselines_command
+    from kernelopt.cli.baselines import add_baselines_command
 
     add_baselines_command(commands)
-    from kernelopt.agent.cli_generate import add_generate_command
+    from kernelopt.cli.generate import add_generate_command
 
     add_generate_command(commands)
-    from kernelopt.agent.cli_export import add_export_command
+    from kernelopt.cli.export import add_export_command
 
     add_export_command(commands)
-    from kernelopt.agent.cli_report import add_report_command
+    from kernelopt.cli.report import add_report_command
 
     add_report_command(commands)
-    from kernelopt.agent.cli_serve import add_serve_command
+    from kernelopt.cli.serve import add_serve_command
 
     add_serve_command(commands)
     return parser
@@ -218,10 +218,3 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    # Run as `python -m kernelopt.agent.cli`: use the module the subcommands import (their
-    # UsageError must be the one caught here), not this copy named __main__.
-    from kernelopt.agent.cli import main as package_main
-
-    sys.exit(package_main())

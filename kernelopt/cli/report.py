@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from kernelopt.agent.cli import EXIT_OK, UsageError
+from kernelopt.cli.parser import EXIT_OK, UsageError
 
 
 def add_report_command(commands) -> None:

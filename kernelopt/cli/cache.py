@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kernelopt.agent.cli import EXIT_OK, UsageError
+from kernelopt.cli.parser import EXIT_OK, UsageError
 
 
 def add_cache_command(commands) -> None:
@@ -66,7 +66,7 @@ def run_cache(args) -> int:
 def warm(cache, args) -> dict:
     import torch
 
-    from kernelopt.agent.cli import EnvironmentFailure
+    from kernelopt.cli.parser import EnvironmentFailure
     from kernelopt.sandbox import isolation
     from kernelopt.sandbox.builds import BuildFailure, BuildService
 

@@ -17,8 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from kernelopt.agent.cli import EXIT_BAD_INPUT, EXIT_OK, EnvironmentFailure, UsageError
-from kernelopt.agent.cli_optimize import (
+from kernelopt.cli.parser import EXIT_BAD_INPUT, EXIT_OK, EnvironmentFailure, UsageError
+from kernelopt.cli.optimize import (
     EXIT_RUN_FAILED,
     add_budget_options,
     add_endpoint_options,
@@ -141,7 +141,7 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
     store, OUT, devices, API key); None when no endpoint is configured (how to configure one was
     printed). Shared by bench and generate."""
     from kernelopt.agent.bench_agent import recorded_store
-    from kernelopt.agent.cli_optimize import (
+    from kernelopt.cli.optimize import (
         checked_client,
         configured_endpoint,
         missing_endpoint,

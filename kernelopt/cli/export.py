@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from kernelopt.agent.cli import EXIT_OK, UsageError
+from kernelopt.cli.parser import EXIT_OK, UsageError
 
 
 def add_export_command(commands) -> None:
