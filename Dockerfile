@@ -22,7 +22,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONDONTWRITEBYTECODE=1
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv g++ \
+ && apt-get install -y --no-install-recommends python3 python3-venv g++ libjemalloc2 \
  && rm -rf /var/lib/apt/lists/*
 
 RUN python3 -m venv /opt/venv \

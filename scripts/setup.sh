@@ -32,4 +32,13 @@ if ! command -v bwrap >/dev/null 2>&1; then
     echo "note: install bubblewrap (e.g. 'sudo apt-get install bubblewrap') for full isolation" >&2
   fi
 fi
+# jemalloc: both workers allocate through it, which steadies CPU timings (docs/referee.md).
+if ! ls /usr/lib/*/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get install -y -qq libjemalloc2 || (apt-get update -qq && apt-get install -y -qq libjemalloc2)) \
+      >/dev/null 2>&1 || echo "note: could not install libjemalloc2; CPU timings are noisier without it" >&2
+  else
+    echo "note: install jemalloc (e.g. 'sudo apt-get install libjemalloc2') for steadier CPU timings" >&2
+  fi
+fi
 echo "kernelopt is set up: .venv/bin/kernelopt --help"

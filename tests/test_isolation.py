@@ -76,3 +76,38 @@ def test_workers_run_one_passive_host_thread_unless_the_user_sets_it(tmp_path, m
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     env = isolation.scrubbed_environment(tmp_path)
     assert env["OMP_NUM_THREADS"] == "4" and env["MKL_NUM_THREADS"] == "4"
+
+
+def _fresh_allocator_lookup(monkeypatch, **variables):
+    for name in ("KERNELOPT_ALLOCATOR", "KERNELOPT_JEMALLOC"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    isolation.jemalloc_library.cache_clear()
+
+
+def test_workers_preload_jemalloc_when_it_is_installed_and_can_be_told_not_to(tmp_path, monkeypatch):
+    library = tmp_path / "libjemalloc.so.2"
+    library.write_bytes(b"")
+    try:
+        _fresh_allocator_lookup(monkeypatch, KERNELOPT_JEMALLOC=str(library))
+        env = isolation.scrubbed_environment(tmp_path)
+        assert env["LD_PRELOAD"] == str(library)
+        assert "dirty_decay_ms:-1" in env["MALLOC_CONF"] and "background_thread:false" in env["MALLOC_CONF"]
+        _fresh_allocator_lookup(monkeypatch, KERNELOPT_JEMALLOC=str(library), KERNELOPT_ALLOCATOR="glibc")
+        assert "LD_PRELOAD" not in isolation.scrubbed_environment(tmp_path)
+        _fresh_allocator_lookup(monkeypatch, KERNELOPT_JEMALLOC=str(tmp_path / "missing.so"))
+        assert "LD_PRELOAD" not in isolation.scrubbed_environment(tmp_path)
+    finally:
+        _fresh_allocator_lookup(monkeypatch)
+
+
+def test_a_verdict_names_the_allocator_its_workers_ran_with(example, fast_options):
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import evaluate
+
+    isolation.jemalloc_library.cache_clear()
+    problem = load_problem(example("1_ReLU"))
+    result = evaluate(problem, problem.source.replace("class Model(", "class ModelNew("), fast_options())
+    expected = "jemalloc" if isolation.jemalloc_library() else "glibc"
+    assert result.status == "correct" and result.environment.allocator == expected

@@ -14,7 +14,8 @@ from conftest import REPO
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import EvalOptions, evaluate
 from kernelopt.sandbox.referee import timing_cpus
-from kernelopt.sandbox.timing import excess, median_precision, ratio_precision, t95
+from kernelopt.sandbox.timing import (
+    PROCESS_OVERHEAD_TOLERANCE, calibrated_precision, charge, excess, median_precision, ratio_precision, t95)
 from kernelopt.sandbox.worker.main import _pinned_to
 
 
@@ -126,6 +127,28 @@ def test_overhead_noise_charges_nobody_and_a_real_gap_is_charged():
     # A few calls preempted for 5 ms do not make the interval wide enough to hide that gap.
     preempted = [x + (5.0 if i % 25 == 0 else 0.0) for i, x in enumerate(hidden)]
     assert excess(preempted, other) > 0.2
+
+
+def test_a_gap_as_small_as_two_processes_differ_by_is_not_charged():
+    rng = random.Random(21)
+    other = [rng.gauss(0.4, 0.01) for _ in range(200)]
+    # Two workers running the same code: one's overhead 3 % above the other's, on every call.
+    # Beyond the paired noise (excess sees it), within what processes differ by (no charge).
+    process_gap = [x * 1.03 for x in other]
+    assert excess(process_gap, other) > 0.005 and charge(process_gap, other) == 0.0
+    # 0.1 ms hidden on every call is charged, less the tolerance.
+    hidden = [x + 0.1 for x in other]
+    expected = 0.1 - PROCESS_OVERHEAD_TOLERANCE * statistics.fmean(other)
+    assert charge(hidden, other) == pytest.approx(expected, abs=0.01)
+    assert charge(other, hidden) == 0.0 and charge(other, []) == 0.0
+
+
+def test_the_interval_adds_what_differs_between_worker_processes():
+    # The rounds alone may be sure to +-1 %; fresh processes scatter more, so the interval
+    # cannot be narrower than their spread, and it grows with the rounds' own part.
+    assert calibrated_precision(0.0, "cpu") > 0.03 and calibrated_precision(0.0, "cuda:0") > 0.015
+    assert calibrated_precision(0.01, "cpu") < calibrated_precision(0.05, "cpu")
+    assert calibrated_precision(0.2, "cpu") == pytest.approx(0.2, rel=0.05)
 
 
 def test_a_gap_in_a_few_calls_is_trimmed_and_so_worth_little():

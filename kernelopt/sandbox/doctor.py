@@ -55,6 +55,7 @@ def diagnose() -> Report:
     report.checks.append(_check_nvcc(report, torch_cuda))
     report.checks.append(_check_ninja())
     report.checks.append(_check_compiler())
+    report.checks.append(_check_allocator())
     report.checks.extend(_check_backends(report))
     report.checks.append(_check_build_cache(torch_cuda))
     if report.gpus and torch_check.ok:
@@ -174,6 +175,17 @@ def _check_build_cache(torch_cuda: dict) -> Check:
     fix = "" if ok else ("kernelopt cache warm (once per machine, a few minutes): cold extension builds "
                          "then skip parsing torch's headers")
     return Check("build-cache", ok, detail, fix)
+
+
+def _check_allocator() -> Check:
+    """jemalloc in the workers steadies CPU timings (isolation.allocator_environment)."""
+    library = isolation.jemalloc_library()
+    if library:
+        return Check("allocator", True, f"workers preload jemalloc ({library})", required=False)
+    return Check("allocator", False, "jemalloc not found: workers use glibc's malloc, and exact copies of "
+                 "small memory-bound CPU kernels can measure 0.5x-2x against themselves",
+                 "apt-get install libjemalloc2 (or set KERNELOPT_JEMALLOC to its libjemalloc.so.2)",
+                 required=False)
 
 
 def _check_backends(report: Report) -> list[Check]:

@@ -577,8 +577,10 @@ class _Session:
 
     def _timing_result(self, rounds: list[tuple[SideRound, SideRound]], per_round: int) -> Timing:
         """The speedup from each side's total time over all timed calls (its mean per call),
-        never from a statistic one call can move; its interval from the rounds (see
-        timing.ratio_precision). Which clock each side's time comes from: `_side_means`."""
+        never from a statistic one call can move; its interval from the rounds and the spread
+        between worker processes (timing.calibrated_precision). The precision stop looks at
+        the rounds' part alone: more rounds cannot shrink the other. Which clock each side's
+        time comes from: `_side_means`."""
         cand = [c for c, _ in rounds]
         ref = [r for _, r in rounds]
         cand_means, ref_means, method = self._side_means(cand, ref)
@@ -590,7 +592,8 @@ class _Session:
                       calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                       candidate_host_bound_ms=cand_stats.mean_ms + slack_c - slack_r,
                       wall_speedup=(ref_stats.mean_ms + slack_r) / (cand_stats.mean_ms + slack_c),
-                      speedup_precision=timing.ratio_precision(ref_means, cand_means),
+                      speedup_precision=timing.calibrated_precision(timing.ratio_precision(ref_means, cand_means),
+                                                                    self.device),
                       reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c,
                       reference_charge_ms=ref_ms - ref_stats.mean_ms,
                       candidate_charge_ms=cand_ms - cand_stats.mean_ms)
@@ -603,10 +606,11 @@ class _Session:
         it: per call, the time the host saw beyond the timer is the same harness work on both
         sides (handing over the inputs, copying the output), so the part of one side's
         overhead that exceeds the other's by more than the noise of the paired calls (work
-        hidden from the timer, forged timings) is added to that side's time. The rule is the
-        same for both sides, and noise charges no one."""
+        hidden from the timer, forged timings) is added to that side's time, less the few per
+        cent by which two processes running the same code differ (timing.charge). The rule is
+        the same for both sides, and noise charges no one."""
         cand_over, ref_over = per_call_overheads(cand), per_call_overheads(ref)
-        cand_charge, ref_charge = timing.excess(cand_over, ref_over), timing.excess(ref_over, cand_over)
+        cand_charge, ref_charge = timing.charge(cand_over, ref_over), timing.charge(ref_over, cand_over)
         clock = ("cuda events + device-wide synchronize, L2 flushed before each call" if self.device.startswith("cuda")
                  else "host perf_counter per call")
         return ([statistics.fmean(c.timer_ms) + cand_charge for c in cand],
@@ -715,11 +719,13 @@ class _Session:
             ref_run.answered += reference
             if reply.get("called") is None:
                 self._protocol_error(worker, "called")
-            if not reference:
-                # After every call, not only at the round's end: a thread or process the call
-                # left running could slow the reference's turn on the shared core and be gone
-                # by the report.
-                self._check_sandbox_census()
+        if not reference:
+            # As the candidate's turn ends, not only at the round's report: a thread or process
+            # its calls left running could slow the reference's turn on the shared core and be
+            # gone by the report; to do so it must be alive now. Not after every call: reading
+            # the candidate's /proc entries between its calls slowed it by 4 % (an exact copy
+            # of a 40 us kernel measured 0.96x).
+            self._check_sandbox_census()
         return SideRound(timer_ms=[], host_ms=host_ms)
 
     def _timing_cpu(self, number: int) -> int | None:

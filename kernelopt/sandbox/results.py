@@ -114,8 +114,9 @@ class Timing(BaseModel):
     candidate_charge_ms: float = Field(
         0.0, description="added to the candidate's mean: its overhead beyond the reference's, past noise")
     speedup_precision: float | None = Field(
-        None, description="half the 95 % confidence interval of the speedup, relative to it, from the "
-                          "rounds' variation (order, buffers, core and allocations change between rounds)")
+        None, description="half the 95 % confidence interval of the speedup, relative to it: the rounds' "
+                          "variation (order, buffers, core and allocations change between rounds) and the "
+                          "spread between fresh worker processes, in quadrature")
     remeasured: bool = False
     speedups_measured: list[float] = Field(default_factory=list)
 
@@ -147,6 +148,7 @@ class Environment(BaseModel):
     cuda: str | None = None
     driver: str | None = None
     platform: str
+    allocator: str | None = None  # the workers' malloc: "jemalloc" or "glibc"
 
 
 class BuildRecord(BaseModel):

@@ -89,6 +89,35 @@ def excess(own: list[float], other: list[float], trim: float = 0.1) -> float:
     return max(0.0, statistics.fmean(kept) - half)
 
 
+# Two workers running identical code differ in their per-call harness overhead by a few per
+# cent (each process's own memory layout and wake-up path: up to 4 % measured on the 2-core
+# VM). A gap that small is nobody's doing, so it is never charged.
+PROCESS_OVERHEAD_TOLERANCE = 0.05
+
+
+def charge(own: list[float], other: list[float]) -> float:
+    """The per-call ms charged to the side with overheads `own`: its excess over `other`
+    beyond noise (excess) less the between-process tolerance, or 0."""
+    if not other:
+        return 0.0
+    return max(0.0, excess(own, other) - PROCESS_OVERHEAD_TOLERANCE * statistics.fmean(other))
+
+
+# What one evaluation holds fixed and the next one changes: the two worker processes (their
+# heaps, page placement, which core's cache a buffer warmed in). Rounds cannot see it, so the
+# interval adds it: the relative standard deviation of an exact copy's speedup across fresh
+# evaluations beyond its within-evaluation spread (benchmarks/timing_stability.py). CPU:
+# measured on the 2-core VM with jemalloc; CUDA: provisional until measured on a GPU.
+BETWEEN_PROCESS_SPREAD = {"cpu": 0.025, "cuda": 0.01}
+
+
+def calibrated_precision(within: float, device: str) -> float:
+    """The speedup's 95 % relative half-width: the rounds' (ratio_precision) and the
+    between-process part, in quadrature."""
+    spread = BETWEEN_PROCESS_SPREAD["cuda" if device.startswith("cuda") else "cpu"]
+    return math.hypot(within, 1.96 * spread)
+
+
 def ratio_precision(numerators: list[float], denominators: list[float]) -> float:
     """Relative half-width of a 95 % confidence interval of sum(numerators) / sum(denominators)
     from paired samples (each round's mean call time of the reference and of the candidate).

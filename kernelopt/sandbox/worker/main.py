@@ -547,13 +547,23 @@ def environment(device) -> dict:
 
     info = {"device": str(device), "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "platform": platform.platform(), "device_name": None,
-            "driver": None}
+            "driver": None, "allocator": _host_allocator()}
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["driver"] = _driver_version()
     else:
         info["device_name"] = platform.processor() or platform.machine()
     return info
+
+
+def _host_allocator() -> str:
+    """Which malloc serves this process: jemalloc when the host preloaded it (timings of CPU
+    kernels depend on it, see isolation.allocator_environment), else glibc's."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return "jemalloc" if "libjemalloc" in maps.read() else "glibc"
+    except OSError:
+        return "unknown"
 
 
 def _driver_version() -> str | None:
