@@ -91,7 +91,7 @@ def test_reference_whose_get_inputs_raises_exits_2(tmp_path):
 
 
 def test_size_parser():
-    from kernelopt.cli.parser import parse_size
+    from kernelopt.cli.options import parse_size
 
     assert parse_size("8G") == 8 << 30 and parse_size("512M") == 512 << 20
     assert parse_size("1.5GiB") == int(1.5 * (1 << 30)) and parse_size("1000") == 1000

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import sys
 
-from kernelopt.cli.parser import EXIT_OK, EnvironmentFailure, UsageError
-from kernelopt.cli.bench import add_problem_set_options
+from kernelopt.cli.errors import EXIT_OK, EnvironmentFailure, UsageError
+from kernelopt.cli.options import add_field_option, add_problem_set_options
+from kernelopt.cli.selection import problem_set_from
 
 
-def add_baselines_command(commands) -> None:
+def add_command(commands) -> None:
     p = commands.add_parser(
         "baselines", help="measure eager, torch.compile and CUDA-graph baselines for a problem set",
         description="Each baseline wraps the problem's Model (torch.compile in a mode, or a CUDA graph of "
@@ -22,16 +23,15 @@ def add_baselines_command(commands) -> None:
                         "compile-reduce-overhead, cuda-graphs (default: all that the device supports)")
     p.add_argument("--store", default=None, metavar="FILE",
                    help="baseline store (default $KERNELOPT_BASELINES or ~/.cache/kernelopt/baselines.json)")
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    p.add_argument("--timing-budget", type=float, default=10.0, metavar="S", help="seconds of timing at most")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per evaluation (compiles included)")
+    add_field_option(p, "device")
+    add_field_option(p, "timing_budget")
+    add_field_option(p, "timeout", default=600.0)  # torch.compile compiles within the evaluation
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.set_defaults(handler=run_baselines)
 
 
 def run_baselines(args) -> int:
     from kernelopt.agent.baselines import BaselineStore, default_names, measure_baselines
-    from kernelopt.cli.bench import problem_set_from
     from kernelopt.kernelbench import ProblemError, ProblemSetError
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.process import SandboxError

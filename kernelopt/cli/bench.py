@@ -13,22 +13,25 @@ error (a rerun resumes it); 2 for unusable input or endpoint; 3 when the sandbox
 from __future__ import annotations
 
 import json
-import re
-import sys
 from pathlib import Path
 
-from kernelopt.cli.parser import EXIT_BAD_INPUT, EXIT_OK, EnvironmentFailure, UsageError
-from kernelopt.cli.optimize import (
-    EXIT_RUN_FAILED,
+from kernelopt.cli.agent_setup import agent_setup, run_set
+from kernelopt.cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
+from kernelopt.cli.options import (
     add_budget_options,
     add_endpoint_options,
-    add_eval_options,
+    add_gpus_option,
     add_llm_options,
+    add_problem_set_options,
+    add_run_eval_options,
     add_strategy_options,
+    run_eval_settings,
 )
+from kernelopt.cli.selection import devices_from, problem_set_from
+from kernelopt.cli.text import plural, progress
 
 
-def add_bench_command(commands) -> None:
+def add_command(commands) -> None:
     p = commands.add_parser(
         "bench", help="run the agent over a KernelBench problem set, or rescore generations (fast_p, geomean, per level)",
         description="Run the agent (kernelopt optimize) on every problem of a set with a per-problem budget, "
@@ -55,60 +58,8 @@ def add_bench_command(commands) -> None:
     add_strategy_options(p)
     add_budget_options(p, "agent: budget per problem (its search stops at the first one spent)")
     add_llm_options(p)
-    add_eval_options(p, timeout_flags=("--timeout", "--eval-timeout"))
+    add_run_eval_options(p, timeout_flags=("--timeout", "--eval-timeout"))
     p.set_defaults(handler=run_bench)
-
-
-def add_problem_set_options(p, required: bool = True) -> None:
-    """--kernelbench, --level, --problems: shared by bench, baselines and serve (optional there)."""
-    p.add_argument("--kernelbench", required=required, default=None, metavar="SET",
-                   help="a KernelBench checkout (KernelBench/level1..4), a folder of problem files, a .parquet "
-                        "file or folder in the HuggingFace layout, or a dataset id in the local HF cache"
-                        + ("" if required else " (default: none)"))
-    p.add_argument("--level", default=None, help="levels to include, e.g. 1 or 1,2 (default: all)")
-    p.add_argument("--problems", default=None, metavar="IDS", help="problem ids, e.g. 1,3,5-9 (default: all)")
-
-
-def add_gpus_option(p) -> None:
-    p.add_argument("--gpus", default=None, metavar="IDS",
-                   help="run problems concurrently, one at a time per GPU: ids like 0,1 or 0-3, or all "
-                        "(default: the single --device)")
-
-
-def problem_set_from(args):
-    """The selected problem set (args.kernelbench, args.level, args.problems: the ids); raises
-    ProblemSetError saying what is wrong."""
-    from kernelopt.kernelbench import load_problem_set, parse_id_ranges
-
-    return load_problem_set(args.kernelbench, levels=parse_id_ranges(args.level) if args.level else None,
-                            ids=parse_id_ranges(args.problems) if args.problems else None)
-
-
-def devices_from(args) -> list[str]:
-    """The devices problems run on: each --gpus id as cuda:N, else the one --device."""
-    import torch
-
-    from kernelopt.kernelbench import ProblemSetError, parse_id_ranges
-    from kernelopt.sandbox.referee import resolve_device
-
-    if not args.gpus:
-        return [resolve_device(args.device)]
-    if not torch.cuda.is_available():
-        raise UsageError(f"--gpus needs CUDA, and torch {torch.__version__} sees no GPU here: leave --gpus out "
-                         "to run on one device (--device cpu), or see `kernelopt doctor`")
-    if args.device != "auto":
-        raise UsageError("give --gpus or --device, not both (--gpus runs every problem on a GPU of its list)")
-    count = torch.cuda.device_count()
-    if args.gpus.strip() == "all":
-        return [f"cuda:{index}" for index in range(count)]
-    try:
-        indices = sorted(parse_id_ranges(args.gpus))
-    except ProblemSetError as exc:
-        raise UsageError(f"--gpus {args.gpus!r}: give GPU ids like 0,1 or 0-3, or all") from exc
-    missing = [i for i in indices if i >= count]
-    if missing:
-        raise UsageError(f"--gpus {args.gpus}: no GPU {missing[0]} here ({count} visible: 0-{count - 1})")
-    return [f"cuda:{index}" for index in indices]
 
 
 def run_bench(args) -> int:
@@ -136,70 +87,6 @@ def run_agent(args) -> int:
     return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK
 
 
-def agent_setup(args, command: str, out_root: str, strategy: str, strategy_options: dict | None = None):
-    """What a pass of the agent over a set needs, checked before any work: (problem set, settings,
-    store, OUT, devices, API key); None when no endpoint is configured (how to configure one was
-    printed). Shared by bench and generate."""
-    from kernelopt.agent.bench_agent import recorded_store
-    from kernelopt.cli.optimize import (
-        checked_client,
-        configured_endpoint,
-        missing_endpoint,
-        new_config,
-        open_store,
-    )
-    from kernelopt.kernelbench import ProblemSetError
-    from kernelopt.sandbox.isolation import IsolationError, select_backend
-
-    base_url = configured_endpoint(args)
-    if base_url is None:
-        missing_endpoint(command)
-        return None
-    try:
-        problem_set = problem_set_from(args)
-        devices = devices_from(args)
-        config = new_config(args, base_url, args.kernelbench, strategy, strategy_options)
-        select_backend(args.isolation or "auto", args.image or "kernelopt-sandbox")
-    except (ProblemSetError, IsolationError) as exc:
-        raise UsageError(str(exc)) from exc
-    except ValueError as exc:
-        raise UsageError(f"invalid option: {exc}") from exc
-    _, api_key = checked_client(config)
-    out = Path(args.out) if args.out else Path(out_root) / default_out_name(args.kernelbench, config)
-    store = open_store(args.store or recorded_store(out))
-    return problem_set, config, store, out, devices, api_key
-
-
-def run_set(driver, problem_set, config, store, out, devices, api_key) -> dict:
-    """bench_agent or generate over the set; their failures as the CLI reports them."""
-    from kernelopt.agent.bench_agent import SetRunError
-    from kernelopt.sandbox.isolation import IsolationError
-    from kernelopt.sandbox.process import SandboxError
-
-    budget = config.limits.get("llm_calls")
-    report(f"{plural(len(problem_set), 'problem')} of {problem_set.source} with {config.model} ({config.strategy}, "
-           f"{budget} LLM calls each) on {', '.join(devices)}; records in {out}, runs in {store.path}")
-    try:
-        return driver(problem_set, config, store, out, devices, api_key, report)
-    except (SetRunError, IsolationError) as exc:
-        raise UsageError(str(exc)) from exc
-    except SandboxError as exc:
-        raise EnvironmentFailure(str(exc)) from exc
-
-
-def default_out_name(set_location: str, config) -> str:
-    name = f"{Path(set_location).name or 'set'}-{config.model}-{config.strategy}"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
-
-
-def report(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
 # solutions mode --------------------------------------------------------------------------------
 
 def run_rescore(args) -> int:
@@ -219,10 +106,7 @@ def run_rescore(args) -> int:
     try:
         problem_set = problem_set_from(args)
         devices = devices_from(args)
-        settings = {"timeout": args.eval_timeout, "timing_budget": args.timing_budget,
-                    "correctness_trials": args.correctness_trials, "isolation": args.isolation,
-                    "image": args.image, "build_mode": args.build_mode}
-        options = EvalOptions(device=devices[0], **{k: v for k, v in settings.items() if v is not None})
+        options = EvalOptions(device=devices[0], **run_eval_settings(args))
         names = default_names(devices[0], args.baselines.split(",")) if args.baselines else None
     except ProblemSetError as exc:
         raise UsageError(str(exc)) from exc
@@ -233,7 +117,7 @@ def run_rescore(args) -> int:
         raise UsageError(f"--solutions {solutions_dir}: no files named level_L_problem_ID_sample_S_kernel.py")
     out = Path(args.out) if args.out else Path("kernelopt-bench") / solutions_dir.resolve().name
     try:
-        summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), report, baselines=names,
+        summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), progress, baselines=names,
                           store=BaselineStore(args.baseline_store) if names else None, devices=devices)
     except IsolationError as exc:
         raise UsageError(str(exc)) from exc

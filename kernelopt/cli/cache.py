@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from kernelopt.cli.parser import EXIT_OK, UsageError
+from kernelopt.cli.errors import EXIT_OK, EnvironmentFailure, UsageError
 
 
-def add_cache_command(commands) -> None:
+def add_command(commands) -> None:
     p = commands.add_parser(
         "cache", help="show or clear the extension build cache",
         description="Candidates' load_inline/load builds are cached by content (sources, flags, "
@@ -66,7 +66,6 @@ def run_cache(args) -> int:
 def warm(cache, args) -> dict:
     import torch
 
-    from kernelopt.cli.parser import EnvironmentFailure
     from kernelopt.sandbox import isolation
     from kernelopt.sandbox.builds import BuildFailure, BuildService
 

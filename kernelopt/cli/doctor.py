@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from kernelopt.cli.parser import EXIT_ENVIRONMENT, EXIT_OK
+from kernelopt.cli.errors import EXIT_ENVIRONMENT, EXIT_OK
 
 
-def add_doctor_command(commands) -> None:
+def add_command(commands) -> None:
     p = commands.add_parser(
         "doctor", help="check GPUs, driver, CUDA toolkit, torch and sandbox backends",
         description="Probes GPUs (nvidia-smi), the driver's CUDA version, nvcc against torch's CUDA "

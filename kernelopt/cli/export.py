@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import sys
 
-from kernelopt.cli.parser import EXIT_OK, UsageError
+from kernelopt.cli.errors import EXIT_OK, UsageError
 
 
-def add_export_command(commands) -> None:
+def add_command(commands) -> None:
     from kernelopt.rewards.export import FORMATS
 
     formats = "; ".join(f"{f.name}: {f.description}" for f in FORMATS.values())

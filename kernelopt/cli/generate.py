@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import json
 
-from kernelopt.cli.parser import EXIT_BAD_INPUT, EXIT_OK, UsageError
-from kernelopt.cli.bench import add_gpus_option, agent_setup, plural, run_set
-from kernelopt.cli.optimize import (
-    EXIT_RUN_FAILED,
+from kernelopt.cli.agent_setup import agent_setup, run_set
+from kernelopt.cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, UsageError
+from kernelopt.cli.options import (
     add_budget_options,
     add_endpoint_options,
-    add_eval_options,
+    add_gpus_option,
     add_llm_options,
+    add_run_eval_options,
     add_samples_options,
 )
+from kernelopt.cli.text import plural
 
 
-def add_generate_command(commands) -> None:
+def add_command(commands) -> None:
     p = commands.add_parser(
         "generate", help="K scored candidates per problem of a set (RL and SFT datasets)",
         description="For every problem of a set: K independent first attempts, each refined T more turns "
@@ -41,7 +42,7 @@ def add_generate_command(commands) -> None:
                          help="ask the LLM for a diagnosis before each refinement (one more call each)")
     add_budget_options(p, "budget per problem (default: the K x (1 + T) calls the samples need)")
     add_llm_options(p)
-    add_eval_options(p)
+    add_run_eval_options(p)
     out = p.add_argument_group("records")
     add_gpus_option(out)
     out.add_argument("--out", default=None, metavar="DIR",

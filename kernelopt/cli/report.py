@@ -7,10 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from kernelopt.cli.parser import EXIT_OK, UsageError
+from kernelopt.cli.errors import EXIT_OK, UsageError
 
 
-def add_report_command(commands) -> None:
+def add_command(commands) -> None:
     p = commands.add_parser(
         "report", help="HTML, JSON and Markdown report of a kernelopt bench run",
         description="Write report.html (one self-contained page: metrics tables, speedup per problem, best "

@@ -9,13 +9,14 @@ import signal
 import sys
 import threading
 
-from kernelopt.cli.parser import EXIT_OK, UsageError, add_judging_options, judging_options, parse_size
-from kernelopt.cli.bench import add_problem_set_options, problem_set_from
+from kernelopt.cli.errors import EXIT_OK, UsageError
+from kernelopt.cli.options import add_judging_options, add_problem_set_options, judging_options, parse_size
+from kernelopt.cli.selection import problem_set_from
 
 DEFAULT_PORT = 8321
 
 
-def add_serve_command(commands) -> None:
+def add_command(commands) -> None:
     p = commands.add_parser(
         "serve", help="serve verdicts and rewards over HTTP for RL trainers (verl, TRL, OpenRLHF)",
         description="Judge LLM completions against reference programs over a JSON HTTP API: POST "

@@ -17,23 +17,30 @@ IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none", "docker"]
 class EvalOptions(BaseModel):
     """Settings of one evaluation. Defaults follow KernelBench where it has one."""
 
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    timeout: float = Field(300.0, gt=0, description="wall-clock limit of the whole evaluation, s")
+    device: str = Field(
+        "auto", description="cpu, cuda, cuda:N, or auto: cuda:0 when torch sees a GPU, else cpu")
+    timeout: float = Field(300.0, gt=0, description="wall-clock limit of the whole evaluation in seconds")
     memory_limit: int | None = Field(
-        None, gt=0, description="bytes of resident memory per worker; None: half of host RAM"
+        None, gt=0, description="resident memory per worker in bytes, or on the command line a size such as "
+                                "8G; default: half of the host's RAM"
     )
-    correctness_trials: int = Field(5, ge=1, le=100)
-    atol: float = Field(1e-2, ge=0)
-    rtol: float = Field(1e-2, ge=0)
+    correctness_trials: int = Field(5, ge=1, le=100, description="input sets on which the outputs are compared")
+    atol: float = Field(1e-2, ge=0, description="absolute tolerance of the output comparison")
+    rtol: float = Field(1e-2, ge=0, description="relative tolerance of the output comparison")
     max_rel_error: float | None = Field(
-        None, gt=0, description="bound on ||out-ref||/||ref||; None: max(rtol, 1e-3)"
+        None, gt=0, description="bound on ||out-ref||/||ref||; default: max(rtol, 1e-3)"
     )
     precision_policy: Literal["flag", "reject"] = Field(
-        "flag", description="what to do when the error shows reduced-precision arithmetic"
+        "flag", description="when the error shows reduced-precision arithmetic: flag it in the verdict, or "
+                            "reject the candidate"
     )
-    isolation: IsolationChoice = "auto"
-    image: str = Field("kernelopt-sandbox", description="the sandbox image of the docker backend")
-    seed: int | None = Field(None, description="fix the trial seeds (default: secret, random)")
+    isolation: IsolationChoice = Field(
+        "auto", description="sandbox backend: auto is the strongest namespace backend that works here "
+                            "(bubblewrap, unshare, none); docker runs a container of the image per worker, "
+                            "see docs/sandbox.md")
+    image: str = Field("kernelopt-sandbox", description="the docker backend's sandbox image, built from the "
+                                                        "Dockerfile")
+    seed: int | None = Field(None, description="fix the trial seeds; default: secret and random")
     # Timing (see DESIGN.md, timing methodology).
     warmup_calls: int = Field(3, ge=1)
     min_timed_calls: int = Field(10, ge=3)
@@ -41,17 +48,19 @@ class EvalOptions(BaseModel):
     target_rel_spread: float = Field(
         0.05, gt=0, description="unused since timing stops on the speedup's precision; kept so old requests parse")
     target_precision: float = Field(
-        0.05, gt=0, description="stop when the speedup's 95 % confidence interval is within +- this")
-    timing_budget: float = Field(10.0, gt=0, description="seconds of timing at most")
+        0.05, gt=0, description="stop timing once the speedup's 95 % confidence interval is within +- this; "
+                                "the timing budget still caps it")
+    timing_budget: float = Field(10.0, gt=0, description="seconds spent timing at most")
     outlier_speedup: float = Field(10.0, gt=1, description="re-measure speedups above this")
     pin_timing: Literal["auto", "on", "off"] = Field(
         "auto", description="run both workers' timed calls of a round on one CPU core, the core "
-        "changing between rounds; auto: on (see docs/referee.md)")
+        "changing between rounds; auto: on; off leaves placement to the OS; see docs/referee.md")
     keep_scratch: bool = False
     # Extension builds (see builds.py): the host builds what the candidate passes to
     # load_inline/load and caches it; "off" lets the candidate build in its own sandbox.
     build_mode: Literal["fast", "exact", "stock", "off"] = Field(
-        "fast", description="fast, exact, stock (host builds, cached) or off (built in the sandbox)"
+        "fast", description="how load_inline/load extensions are built: by the host, cached (fast, exact, "
+                            "stock), or in the candidate's sandbox (off); see docs/builds.md"
     )
     build_cache: str | None = Field(None, description="build cache directory (default: $KERNELOPT_BUILD_CACHE "
                                                       "or ~/.cache/kernelopt/builds)")

@@ -1,0 +1,181 @@
+"""From the agent's options to a checked run: the store, the endpoint, the run's settings
+(OptimizeConfig) and a client, all checked before any work; and a pass of the agent over a
+problem set (bench's agent mode, generate). Shared by optimize, runs, bench and generate."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from kernelopt.cli.errors import EXIT_BAD_INPUT, EnvironmentFailure, UsageError
+from kernelopt.cli.options import run_eval_settings
+from kernelopt.cli.selection import devices_from, problem_set_from
+from kernelopt.cli.text import plural, progress
+
+NO_ENDPOINT_HELP = """\
+No LLM endpoint is configured, so nothing will be optimized. Configure one:
+
+  OpenAI (or any hosted OpenAI-compatible API: DeepSeek, OpenRouter, ...):
+    export OPENAI_API_KEY=...            # or --api-key-env NAME for another variable
+    export OPENAI_BASE_URL=https://...   # only for providers other than OpenAI
+    kernelopt {command} --model MODEL
+
+  a local vLLM or SGLang server (no key needed):
+    vllm serve Qwen/Qwen2.5-Coder-7B-Instruct --port 8000
+    kernelopt {command} --base-url http://localhost:8000/v1 --model Qwen/Qwen2.5-Coder-7B-Instruct
+
+  a local Ollama server (no key needed):
+    ollama pull qwen2.5-coder:7b
+    kernelopt {command} --base-url http://localhost:11434/v1 --model qwen2.5-coder:7b
+"""
+
+
+def open_store(path: str | None):
+    from kernelopt.agent.store import RunStore, StoreError, default_store_path
+
+    try:
+        return RunStore(path or default_store_path())
+    except StoreError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def configured_endpoint(args) -> str | None:
+    """The endpoint's URL, or None when neither a URL nor an API key is configured anywhere."""
+    from kernelopt.agent.llm import resolve_endpoint
+
+    base_url, _, configured = resolve_endpoint(args.base_url, args.api_key_env)
+    return base_url if configured else None
+
+
+def missing_endpoint(command: str) -> int:
+    """No endpoint: say how to configure one (exit 2). `command`: how the user's command starts."""
+    print(NO_ENDPOINT_HELP.format(command=command), file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def new_config(args, base_url: str, problem_path: str, strategy: str, strategy_options: dict | None = None):
+    """A new run's settings from the command line (strategy_options: instead of the options')."""
+    from kernelopt.agent.optimize import OptimizeConfig
+
+    if not args.model:
+        raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")
+    config = OptimizeConfig(problem_path=problem_path, model=args.model, base_url=base_url,
+                            api_key_env=args.api_key_env, strategy=strategy)
+    apply_overrides(config, args, resuming=False, strategy_options=strategy_options)
+    return config
+
+
+def checked_client(config):
+    """(LLMClient, API key) for the run's endpoint, checked before any work: an unreachable
+    server, a rejected key or an unknown model is a usage error."""
+    from kernelopt.agent.llm import LLMClient, LLMConfigError
+
+    api_key = os.environ.get(config.api_key_env) or None
+    try:
+        client = LLMClient(config.llm_settings(api_key))
+        client.check()
+    except LLMConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    return client, api_key
+
+
+def apply_overrides(config, args, resuming: bool, strategy_options: dict | None = None) -> None:
+    """Options given on the command line; on resume only the budget, the cache and the endpoint's
+    URL may change (the search itself must replay identically)."""
+    limits = {"llm_calls": args.budget, "tokens": args.max_tokens_total, "cost": args.max_cost,
+              "evaluations": args.max_evals, "wall_seconds": args.max_wall,
+              "target_speedup": args.target_speedup}
+    config.limits.update({k: v for k, v in limits.items() if v is not None})
+    if args.no_cache:
+        config.use_cache = False
+    if args.base_url:
+        config.base_url = args.base_url
+    if resuming:
+        return
+    config.price = list(args.price) if args.price else price_from_table(args.price_table, config.model)
+    if args.max_cost is not None and not config.price:
+        raise UsageError(f"--max-cost needs a price for {config.model}: --price IN OUT (dollars per "
+                         "million tokens) or an entry in --price-table")
+    config.device = args.device
+    config.backend = args.backend
+    if strategy_options is None:
+        strategy_options = {"window": args.window, "width": args.width, "depth": args.depth, "beam": args.beam,
+                            "population": args.population, "exemplars": args.exemplars, "seed": args.seed,
+                            "samples": args.samples, "turns": args.turns, "critique": args.critique or None}
+    config.strategy_options = {k: v for k, v in strategy_options.items() if v is not None}
+    llm = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
+           "max_completion_tokens": args.max_completion_tokens,
+           "reasoning_effort": args.reasoning_effort, "concurrency": args.concurrency,
+           "timeout": args.llm_timeout, "max_attempts": args.retries}
+    config.llm_options = {k: v for k, v in llm.items() if v is not None}
+    config.eval_options = run_eval_settings(args)
+    for name, value in list(config.limits.items()) + list(config.strategy_options.items()):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+            raise UsageError(f"{name} must not be negative")
+
+
+def price_from_table(path: str | None, model: str) -> list[float] | None:
+    from kernelopt.agent.llm import LLMConfigError, load_price_table
+
+    if not path:
+        return None
+    try:
+        price = load_price_table(path).get(model)
+    except LLMConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    return [price.input_per_mtok, price.output_per_mtok] if price else None
+
+
+# the agent over a problem set ------------------------------------------------------------------
+
+def agent_setup(args, command: str, out_root: str, strategy: str, strategy_options: dict | None = None):
+    """What a pass of the agent over a set needs, checked before any work: (problem set, settings,
+    store, OUT, devices, API key); None when no endpoint is configured (how to configure one was
+    printed). Shared by bench and generate."""
+    from kernelopt.agent.bench_agent import recorded_store
+    from kernelopt.kernelbench import ProblemSetError
+    from kernelopt.sandbox import EvalOptions
+    from kernelopt.sandbox.isolation import IsolationError, select_backend
+
+    base_url = configured_endpoint(args)
+    if base_url is None:
+        missing_endpoint(command)
+        return None
+    try:
+        problem_set = problem_set_from(args)
+        devices = devices_from(args)
+        config = new_config(args, base_url, args.kernelbench, strategy, strategy_options)
+        select_backend(args.isolation or EvalOptions().isolation, args.image or EvalOptions().image)
+    except (ProblemSetError, IsolationError) as exc:
+        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
+        raise UsageError(f"invalid option: {exc}") from exc
+    _, api_key = checked_client(config)
+    out = Path(args.out) if args.out else Path(out_root) / default_out_name(args.kernelbench, config)
+    store = open_store(args.store or recorded_store(out))
+    return problem_set, config, store, out, devices, api_key
+
+
+def run_set(driver, problem_set, config, store, out, devices, api_key) -> dict:
+    """bench_agent or generate over the set; their failures as the CLI reports them."""
+    from kernelopt.agent.bench_agent import SetRunError
+    from kernelopt.sandbox.isolation import IsolationError
+    from kernelopt.sandbox.process import SandboxError
+
+    budget = config.limits.get("llm_calls")
+    progress(f"{plural(len(problem_set), 'problem')} of {problem_set.source} with {config.model} "
+             f"({config.strategy}, {budget} LLM calls each) on {', '.join(devices)}; records in {out}, "
+             f"runs in {store.path}")
+    try:
+        return driver(problem_set, config, store, out, devices, api_key, progress)
+    except (SetRunError, IsolationError) as exc:
+        raise UsageError(str(exc)) from exc
+    except SandboxError as exc:
+        raise EnvironmentFailure(str(exc)) from exc
+
+
+def default_out_name(set_location: str, config) -> str:
+    name = f"{Path(set_location).name or 'set'}-{config.model}-{config.strategy}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)

@@ -1,0 +1,78 @@
+"""`kernelopt runs list|show`: the optimization runs in the run store."""
+
+from __future__ import annotations
+
+import json
+
+from kernelopt.cli.agent_setup import open_store
+from kernelopt.cli.errors import EXIT_OK, UsageError
+from kernelopt.cli.text import first_line, summary_text
+
+
+def add_command(commands) -> None:
+    p = commands.add_parser("runs", help="list and inspect stored optimization runs")
+    sub = p.add_subparsers(dest="runs_command", required=True)
+    ls = sub.add_parser("list", help="one line per run")
+    show = sub.add_parser("show", help="a run's settings, summary and candidates")
+    show.add_argument("run_id", metavar="RUN_ID")
+    for q in (ls, show):
+        q.add_argument("--store", default=None, metavar="PATH")
+        q.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    ls.set_defaults(handler=run_runs_list)
+    show.set_defaults(handler=run_runs_show)
+
+
+def run_runs_list(args) -> int:
+    store = open_store(args.store)
+    runs = [run_row(r) for r in store.runs()]
+    if args.json:
+        print(json.dumps({"store": str(store.path), "runs": runs}))
+        return EXIT_OK
+    if not runs:
+        print(f"no runs in {store.path}")
+    for r in runs:
+        best = f"{r['best_speedup']:.3f}x" if r["best_speedup"] is not None else "-"
+        print(f"{r['run_id']}  {r['status']:11s} {r['problem']:24s} {r['model']:24s} "
+              f"{r['strategy']:9s} best {best:>8s}  {r['llm_calls']} calls")
+    return EXIT_OK
+
+
+def run_row(run: dict) -> dict:
+    summary = run["summary"] or {}
+    best = summary.get("best") or {}
+    return {"run_id": run["id"], "status": run["status"], "problem": run["problem_name"],
+            "model": run["model"], "strategy": run["strategy"], "created": run["created"],
+            "best_speedup": best.get("speedup"), "llm_calls": summary.get("llm_calls", 0)}
+
+
+def run_runs_show(args) -> int:
+    from kernelopt.agent.store import StoreError
+
+    store = open_store(args.store)
+    try:
+        run = store.run(args.run_id)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from exc
+    candidates = [{k: c[k] for k in ("id", "parent_id", "llm_call_id", "code_hash", "status", "speedup",
+                                     "message", "format_error", "strategy_data")}
+                  for c in store.candidates(args.run_id)]
+    calls = [{k: c[k] for k in ("id", "purpose", "occurrence", "prompt_tokens", "completion_tokens",
+                                "latency_s", "cost", "attempts", "source", "error")}
+             for c in store.calls(args.run_id)]
+    if args.json:
+        print(json.dumps({"run": {k: v for k, v in run.items() if k != "problem_source"},
+                          "candidates": candidates, "llm_calls": calls}))
+        return EXIT_OK
+    print(f"run {run['id']}: {run['status']}  problem {run['problem_name']} ({run['problem_path']})")
+    print(f"model {run['model']}  strategy {run['strategy']}  limits {json.dumps(run['config'].get('limits'))}")
+    if run["error"]:
+        print(f"error: {run['error']}")
+    if run["summary"]:
+        print(summary_text(run["summary"]))
+    print(f"\n{len(calls)} LLM calls, {len(candidates)} candidates:")
+    for c in candidates:
+        status = c["status"] or ("format_error" if c["format_error"] else "not evaluated")
+        speed = f"{c['speedup']:.3f}x" if c["speedup"] is not None else ""
+        note = first_line(c["message"] or c["format_error"] or "", 90)
+        print(f"  #{c['id']:<4d} parent {str(c['parent_id'] or '-'):>4s}  {status:14s} {speed:>9s}  {note}")
+    return EXIT_OK
