@@ -167,6 +167,28 @@ class WorkerProcess:
             pass
         return names
 
+    def freeze(self) -> None:
+        """Stop every process of this worker's sandbox (SIGSTOP cannot be caught, blocked or
+        ignored; it stops all of a process's threads), so that none of its code runs, not even
+        a signal handler in the main thread, while the other worker is timed. Containers are
+        not frozen (their processes are not the host's to signal); their census still runs."""
+        if not isinstance(self.process, subprocess.Popen):
+            return
+        self._frozen = self._live_tree()
+        for pid in self._frozen:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+
+    def thaw(self) -> None:
+        for pid in getattr(self, "_frozen", ()):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self._frozen = []
+
     def _live_tree(self) -> list[int]:
         return [pid for pid in [self.process.pid, *_descendants(self.process.pid)] if not _is_zombie(pid)]
 

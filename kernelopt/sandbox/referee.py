@@ -645,7 +645,8 @@ class _Session:
     def _timed_round(self, calls: int, number: int) -> tuple[SideRound, SideRound]:
         """One round of `calls` timed calls per side: each worker takes them with the host to
         itself (the candidate first in even rounds, the reference in odd ones), the host's
-        clock around every call; then both fingerprint their outputs side by side. Every
+        clock around every call, and the other worker's sandbox stopped (SIGSTOP) meanwhile;
+        then both fingerprint their outputs side by side. Every
         call's inputs are handed over only as that call starts. Each worker's loop begins with
         one more call, on inputs of its own, that is checked but not timed: after the other
         worker's turn, a process's caches are cold, and how fast each warms up is a trait of
@@ -659,11 +660,16 @@ class _Session:
         sides, replies = {}, {}
         try:
             for worker in (first, second):
-                if worker is self.reference:
-                    self._start_reference(ref_run)
-                else:
-                    self._start_run(worker, len(inputs), run)
-                sides[worker] = self._timed_calls(worker, inputs, at, ref_run)
+                idle = self.candidate if worker is self.reference else self.reference
+                idle.freeze()  # nothing of the idle side runs during the other's turn
+                try:
+                    if worker is self.reference:
+                        self._start_reference(ref_run)
+                    else:
+                        self._start_run(worker, len(inputs), run)
+                    sides[worker] = self._timed_calls(worker, inputs, at, ref_run)
+                finally:
+                    idle.thaw()
             self._send(self.reference, {"cmd": "report"})
             ref_run.report = "sent"
             self._send(self.candidate, {"cmd": "report"})
