@@ -215,8 +215,8 @@ def test_correctness_trials_run_in_groups_that_fit_the_memory_bound(example, fas
     at a time as fit. The first trial runs alone to learn the sizes; later candidates of the
     batch know them from the kept reference trials. Every trial is still compared."""
     groups = []
-    run_trials = referee._Session._run_trials
-    monkeypatch.setattr(referee._Session, "_run_trials",
+    run_trials = referee.CandidateSession._run_trials
+    monkeypatch.setattr(referee.CandidateSession, "_run_trials",
                         lambda session, indices: (groups.append(list(indices)), run_trials(session, indices))[1])
     problem = load_problem(example("1_ReLU"))
     with Evaluator(problem, fast_options(timing_budget=0.5), jobs=1) as evaluator:

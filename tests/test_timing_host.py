@@ -13,7 +13,7 @@ from conftest import REPO
 
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import EvalOptions, evaluate
-from kernelopt.sandbox.referee import timing_cpus
+from kernelopt.sandbox.device import timing_cpus
 from kernelopt.sandbox.timing import (
     PROCESS_OVERHEAD_TOLERANCE, calibrated_precision, charge, excess, median_precision, ratio_precision, t95)
 from kernelopt.sandbox.worker.main import _pinned_to

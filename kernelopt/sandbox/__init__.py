@@ -9,8 +9,8 @@ __all__ = ["EvalOptions", "EvalResult", "Evaluator", "evaluate"]
 
 
 def evaluate(problem, candidate_source, options=None):
-    """Judge a candidate against a problem's reference; see kernelopt.sandbox.referee."""
-    from kernelopt.sandbox.referee import evaluate as _evaluate
+    """Judge a candidate against a problem's reference (kernelopt.sandbox.batch.evaluate)."""
+    from kernelopt.sandbox.batch import evaluate as _evaluate
 
     return _evaluate(problem, candidate_source, options)
 

@@ -4,8 +4,8 @@
         for index, result in evaluator.evaluate_many(sources):
             ...
 
-Every candidate gets the verdict a lone evaluation would give it (`kernelopt.sandbox.evaluate`
-is this class with one candidate). What an Evaluator keeps across candidates, and why none of
+Every candidate gets the verdict a lone evaluation would give it (`evaluate` below is this
+class with one candidate). What an Evaluator keeps across candidates, and why none of
 it can leak between them (docs/referee.md, "The Evaluator"):
 
 - The reference worker stays warm: one process, which only ever runs the trusted reference, is
@@ -40,7 +40,8 @@ from pathlib import Path
 from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import isolation
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
-from kernelopt.sandbox.referee import ReferenceTrials, _Session, default_memory_limit, resolve_device
+from kernelopt.sandbox.device import default_memory_limit, resolve_device
+from kernelopt.sandbox.referee import CandidateSession, ReferenceTrials
 from kernelopt.sandbox.results import EvalOptions, EvalResult
 from kernelopt.sandbox.worker.wire import PROTOCOL_VERSION
 
@@ -191,8 +192,8 @@ class Evaluator:
         self.start()
         jobs = max(1, int(jobs or self.jobs))
         queue = deque(enumerate(sources))
-        loading: dict[Future, tuple[int, _Session]] = {}
-        loaded: deque[tuple[int, _Session, EvalResult | None]] = deque()
+        loading: dict[Future, tuple[int, CandidateSession]] = {}
+        loaded: deque[tuple[int, CandidateSession, EvalResult | None]] = deque()
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kernelopt-load") as pool:
             try:
                 while queue or loading or loaded:
@@ -213,9 +214,9 @@ class Evaluator:
             finally:
                 self._abandon(loading, loaded)
 
-    def _new_session(self, source: str, restock: bool) -> _Session:
+    def _new_session(self, source: str, restock: bool) -> CandidateSession:
         serial = next(self._serials)
-        return _Session(
+        return CandidateSession(
             self.problem, source, self.options, self.device, self.backend,
             serial=serial, take_worker=lambda: self._candidates.take(restock=restock),
             seed_source=self._seeds.for_candidate(), fingerprint_seed=self._seeds.fingerprint_seed,
@@ -238,7 +239,7 @@ class Evaluator:
                 raise
             loaded.append((index, session, early))
 
-    def _judge(self, session: _Session) -> EvalResult:
+    def _judge(self, session: CandidateSession) -> EvalResult:
         """The candidate's correctness and timing, with the warm reference."""
         try:
             result = session.judge(self._reference.ready, self._expected)
@@ -430,3 +431,12 @@ class _WarmReference:
         if self.worker is not None:
             self.worker.close()
         self.worker, self._greeted = None, False
+
+
+def evaluate(problem: Problem, candidate_source: str, options: EvalOptions | None = None) -> EvalResult:
+    """Judge one candidate against the reference. Raises ProblemError when the reference itself
+    fails, ValueError for an unusable device, IsolationError for an unusable backend and
+    SandboxError when a worker cannot start; every failure of the candidate is a verdict."""
+    # No spare: nothing follows this candidate, and a spare's start would compete for the host.
+    with Evaluator(problem, options, keep_spare=False) as evaluator:
+        return evaluator.evaluate(candidate_source)

@@ -1,4 +1,4 @@
-"""The referee: `evaluate(problem, candidate_source, options) -> EvalResult`.
+"""The referee: how one candidate is judged against the reference (`CandidateSession`).
 
 An evaluation uses two sandboxed workers, one hosting the reference and one the candidate, so
 the candidate never shares an interpreter with reference outputs, the comparison or the
@@ -11,9 +11,10 @@ outputs, their structure, input digests, input dependence) -> timing (interleave
 host's clock around every call, fingerprints of every timed call checked, the speedup from
 totals) -> verdict. The first rule broken ends the evaluation with that verdict.
 
-`_Session` is one candidate's evaluation; `kernelopt.sandbox.batch.Evaluator` runs sessions,
+`CandidateSession` is one candidate's evaluation; `kernelopt.sandbox.batch.Evaluator`, the one
+entry point (`kernelopt.sandbox.evaluate` is an Evaluator with one candidate), runs sessions,
 supplies their workers (a fresh candidate worker each, a warm reference worker) and keeps the
-reference's correctness outputs across candidates. `evaluate` is an Evaluator with one candidate.
+reference's correctness outputs across candidates. This module never imports batch.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import builds as builds_module
 from kernelopt.sandbox import compare, isolation, labels, timing
+from kernelopt.sandbox.device import default_memory_limit, resolve_device, timing_cpus  # noqa: F401 (re-exported)
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.results import (
     BuildRecord, Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
@@ -157,44 +159,6 @@ class ReferenceRun:
     report: str = ""  # "", "sent", "read"
 
 
-def resolve_device(requested: str) -> str:
-    """'auto' -> 'cuda:0' when CUDA is available, else 'cpu'; validate the rest."""
-    if requested == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if requested == "cpu":
-        return "cpu"
-    if requested == "cuda" or requested.startswith("cuda:"):
-        index = 0 if requested == "cuda" else requested.split(":", 1)[1]
-        if not str(index).isdigit():
-            raise ValueError(f"invalid device {requested!r}: use auto, cpu, cuda or cuda:N")
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {requested!r} requested but CUDA is not available here")
-        if int(index) >= torch.cuda.device_count():
-            raise ValueError(f"device {requested!r}: only {torch.cuda.device_count()} CUDA device(s)")
-        return f"cuda:{index}"
-    raise ValueError(f"invalid device {requested!r}: use auto, cpu, cuda or cuda:N")
-
-
-def default_memory_limit() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-
-
-def timing_cpus(options: EvalOptions, device: str) -> list[int] | None:
-    """The CPU cores both workers run their timed calls on, one per round in turn, or None to
-    leave them unpinned.
-
-    Two processes on different cores see different speeds: a small CUDA kernel is timed partly
-    on the host (launch, synchronisation), and an identical copy measured 0.85x-1.20x across
-    evaluations on an H100 unpinned; on the 2-core development VM an exact copy of a
-    memory-bound CPU kernel measured 0.57x-1.60x unpinned and 0.74x-1.21x pinned. On one core,
-    both sides of a round run alike; changing the core between rounds keeps one core from
-    deciding a whole evaluation. The cores are the last two this process may use (the first
-    ones are where the OS places most work)."""
-    if options.pin_timing == "off":
-        return None
-    return sorted(os.sched_getaffinity(0))[-2:]
-
-
 def per_call_overheads(sides: list[SideRound]) -> list[float]:
     """Per call, the host clock's ms beyond the worker's timer. Calls pair up across the two
     sides (the same round, the same inputs), so their differences compare like with like."""
@@ -205,18 +169,7 @@ def _structure_words(structure: str) -> str:
     return structure if len(structure) <= 60 else structure[:57] + "..."
 
 
-def evaluate(problem: Problem, candidate_source: str, options: EvalOptions | None = None) -> EvalResult:
-    """Judge one candidate against the reference. Raises ProblemError when the reference itself
-    fails, ValueError for an unusable device, IsolationError for an unusable backend and
-    SandboxError when a worker cannot start; every failure of the candidate is a verdict."""
-    from kernelopt.sandbox.batch import Evaluator  # batch builds on this module
-
-    # No spare: nothing follows this candidate, and a spare's start would compete for the host.
-    with Evaluator(problem, options, keep_spare=False) as evaluator:
-        return evaluator.evaluate(candidate_source)
-
-
-class _Session:
+class CandidateSession:
     """One candidate's evaluation. `prepare` (its worker, its load and compile) may run ahead
     in a thread of the Evaluator's; `judge` (correctness, timing) runs with the device to
     itself. The session owns its candidate worker; the reference worker is the Evaluator's."""
