@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -84,3 +85,16 @@ def test_a_method_added_to_a_watched_class_is_reported_and_a_replaced_one_too():
     assert "torch.Tensor.copy_ (added)" in patched
     assert "torch.relu" in patched
     assert Guard().patched_names() == []
+
+
+def test_a_flag_name_made_up_in_the_candidates_report_is_recorded_as_a_violation():
+    from pydantic import ValidationError
+
+    from kernelopt.sandbox.referee import _known_flag
+    from kernelopt.sandbox.results import FLAGS, EvalResult
+
+    assert _known_flag("patched_runtime") == "patched_runtime"
+    assert _known_flag("speedup_is_real") == "violation" and _known_flag(None) == "violation"
+    assert "violation" in FLAGS and "output_ignores_input" in FLAGS
+    with pytest.raises(ValidationError):  # a verdict only ever carries known flags
+        EvalResult(status="rejected", flags=["speedup_is_real"])

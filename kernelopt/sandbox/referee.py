@@ -38,7 +38,7 @@ from kernelopt.sandbox import compare, isolation, labels, timing
 from kernelopt.sandbox.device import default_memory_limit, resolve_device, timing_cpus  # noqa: F401 (re-exported)
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.results import (
-    BuildRecord, Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
+    FLAGS, BuildRecord, Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
 )
 
 INIT_SEED = 42  # KernelBench seeds 42 before get_init_inputs, Model(...) and ModelNew(...)
@@ -163,6 +163,10 @@ def per_call_overheads(sides: list[SideRound]) -> list[float]:
     """Per call, the host clock's ms beyond the worker's timer. Calls pair up across the two
     sides (the same round, the same inputs), so their differences compare like with like."""
     return [host - timer for side in sides for host, timer in zip(side.host_ms, side.timer_ms)]
+
+
+def _known_flag(name) -> str:
+    return name if name in FLAGS else "violation"
 
 
 def _structure_words(structure: str) -> str:
@@ -832,7 +836,8 @@ class CandidateSession:
     def _raise_violations(self, violations: list) -> None:
         if not violations:
             return
-        flags = tuple(str(v.get("flag", "violation")) for v in violations if isinstance(v, dict))
+        # The report comes from the candidate's process: a flag name it made up becomes "violation".
+        flags = tuple(_known_flag(v.get("flag")) for v in violations if isinstance(v, dict))
         detail = "; ".join(str(v.get("detail", "")) for v in violations if isinstance(v, dict))
         raise Verdict("rejected", f"the candidate broke a sandbox rule: {detail}", flags or ("violation",))
 

@@ -6,12 +6,21 @@ store records it, rewards are computed from it. Add fields; do not rename or rem
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
 Status = Literal["correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected"]
 IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none", "docker"]
+# What a verdict can flag: the hack families the referee recognises (docs/referee.md's table)
+# and the reduced-precision / unused-kernel notes. The one list; FLAGS is its runtime form.
+Flag = Literal[
+    "patched_runtime", "python_threads", "native_threads", "child_processes", "output_not_plain_tensor",
+    "output_aliases_input", "input_mutation", "inputs_differ", "inconsistent_outputs", "reduced_precision",
+    "memory_limit", "custom_kernel_unused", "timing_inconsistent", "output_ignores_input", "protocol_violation",
+    "violation",
+]
+FLAGS: frozenset[str] = frozenset(get_args(Flag))
 
 
 class EvalOptions(BaseModel):
@@ -188,7 +197,7 @@ class EvalResult(BaseModel):
     trials: list[TrialResult] = Field(default_factory=list)
     timing: Timing | None = None
     checks: list[Check] = Field(default_factory=list)
-    flags: list[str] = Field(
+    flags: list[Flag] = Field(
         default_factory=list, description="suspicious behaviour found (hack families)"
     )
     optimization_kinds: list[str] = Field(default_factory=list)
