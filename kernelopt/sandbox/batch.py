@@ -41,7 +41,7 @@ from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import isolation
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.device import default_memory_limit, resolve_device
-from kernelopt.sandbox.referee import CandidateSession, ReferenceTrials
+from kernelopt.sandbox.referee import CandidateSession, ReferenceTrials, call_message, input_sets, load_message
 from kernelopt.sandbox.results import EvalOptions, EvalResult
 from kernelopt.sandbox.worker.wire import PROTOCOL_VERSION
 
@@ -146,20 +146,18 @@ class Evaluator:
         (fingerprints, shapes, times). For problem health checks. Raises ProblemError when the
         reference fails."""
         from kernelopt.kernelbench import ProblemError
-        from kernelopt.sandbox.referee import INIT_SEED
 
         self.start()
         worker = self._reference.ready()
         deadline = time.monotonic() + self.options.timeout
-        load = {"cmd": "load", "device": isolation.device_inside(self.backend, self.device), "init_seed": INIT_SEED,
-                "fingerprint_seed": self._seeds.fingerprint_seed, "host_builds": False,
-                "problem_path": str(worker.scratch / "problem.py")}
+        load = load_message(self.backend, self.device, worker.scratch, self._seeds.fingerprint_seed,
+                            host_builds=False, with_candidate=False)
         try:
             self._request_ok(worker, load, deadline)
             reply, blobs = self._request_ok(worker, {"cmd": "inputs", "seeds": seeds}, deadline)
             self._request_ok(worker, {"cmd": "run", "count": len(seeds)}, deadline)
-            for meta, blob in zip(reply["sets"], blobs):
-                worker.send_inputs({"cmd": "call", "seed": meta["seed"], "spec": meta["spec"]}, blob, deadline)
+            for input_set in input_sets(self.problem, seeds, reply, blobs):
+                worker.send_inputs(call_message(input_set), input_set.packed, deadline)
                 self._check_ok(worker.receive(deadline)[0])
             reply, _ = self._request_ok(worker, {"cmd": "report"}, deadline)
         except (WorkerDied, WorkerTimeout) as exc:

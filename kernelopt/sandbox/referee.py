@@ -165,6 +165,32 @@ def per_call_overheads(sides: list[SideRound]) -> list[float]:
     return [host - timer for side in sides for host, timer in zip(side.host_ms, side.timer_ms)]
 
 
+def load_message(backend: isolation.Backend, device: str, scratch: Path, fingerprint_seed: int, *,
+                 host_builds: bool, with_candidate: bool) -> dict:
+    """The `load` command: the problem (and the candidate) from the worker's scratch directory,
+    the model made from INIT_SEED on the device as the worker sees it."""
+    message = {"cmd": "load", "device": isolation.device_inside(backend, device), "init_seed": INIT_SEED,
+               "fingerprint_seed": fingerprint_seed, "host_builds": host_builds,
+               "problem_path": str(scratch / "problem.py")}
+    if with_candidate:
+        message["candidate_path"] = str(scratch / "candidate.py")
+    return message
+
+
+def call_message(input_set: InputSet) -> dict:
+    """The `call` command: one call's inputs (their bytes travel in the slot or the frame)."""
+    return {"cmd": "call", "seed": input_set.seed, "spec": input_set.spec}
+
+
+def input_sets(problem: Problem, seeds: list[int], reply: dict, blobs: list[bytes]) -> list[InputSet]:
+    """The reference worker's answer to `inputs` for `seeds`, one InputSet per seed."""
+    sets = reply.get("sets")
+    if not isinstance(sets, list) or len(sets) != len(seeds) or len(blobs) != len(seeds):
+        raise ProblemError(problem.path, "the reference worker sent too few input sets")
+    return [InputSet(seed=seed, spec=meta.get("spec"), digest=str(meta.get("digest")), packed=blob)
+            for seed, meta, blob in zip(seeds, sets, blobs)]
+
+
 def _known_flag(name) -> str:
     return name if name in FLAGS else "violation"
 
@@ -292,13 +318,8 @@ class CandidateSession:
         return self.reference.process.pid if self.reference is not None else None
 
     def _load_message(self, scratch: Path, with_candidate: bool) -> dict:
-        message = {"cmd": "load", "device": isolation.device_inside(self.backend, self.device),
-                   "init_seed": INIT_SEED,
-                   "fingerprint_seed": self.fingerprint_seed, "host_builds": self.builds is not None,
-                   "problem_path": str(scratch / "problem.py")}
-        if with_candidate:
-            message["candidate_path"] = str(scratch / "candidate.py")
-        return message
+        return load_message(self.backend, self.device, scratch, self.fingerprint_seed,
+                            host_builds=self.builds is not None, with_candidate=with_candidate)
 
     def _load_candidate(self) -> None:
         scratch = self.candidate.scratch
@@ -451,20 +472,15 @@ class CandidateSession:
     def _make_inputs(self, seeds: list[int]) -> list[InputSet]:
         """Input sets made by the reference worker (trusted code only) for the host's seeds."""
         reply, blobs = self._ask(self.reference, {"cmd": "inputs", "seeds": seeds})
-        sets = reply.get("sets")
-        if not isinstance(sets, list) or len(sets) != len(seeds) or len(blobs) != len(seeds):
-            raise ProblemError(self.problem.path, "the reference worker sent too few input sets")
-        return [InputSet(seed=seed, spec=meta.get("spec"), digest=str(meta.get("digest")), packed=blob)
-                for seed, meta, blob in zip(seeds, sets, blobs)]
+        return input_sets(self.problem, seeds, reply, blobs)
 
     def _start_run(self, worker: WorkerProcess, count: int, flags: dict) -> None:
         self._send(worker, {"cmd": "run", "count": count, **flags})
         self._expect(worker, "ready")
 
     def _send_call(self, worker: WorkerProcess, input_set: InputSet, at: int = 0) -> None:
-        message = {"cmd": "call", "seed": input_set.seed, "spec": input_set.spec}
         try:
-            worker.send_inputs(message, input_set.packed, self.deadline, at)
+            worker.send_inputs(call_message(input_set), input_set.packed, self.deadline, at)
         except (WorkerDied, WorkerTimeout) as exc:
             raise self._attribute(worker, exc) from None
 
