@@ -1,0 +1,252 @@
+"""The HTTP face of a `RewardService`: a FastAPI app whose endpoints are listed once, in
+`ENDPOINTS`, with the models that document them at /docs and /openapi.json.
+
+Handlers are async and never block the event loop: decoding and checking a body, and queueing
+its jobs, run in the threadpool (a 16 MB body takes a while to parse); the wait for verdicts is
+awaited on the loop, so a request waiting in the queue holds no thread and the queue limit, not
+a threadpool size, decides when requests are refused. Concurrent requests for one problem meet
+in its lane and are judged as one batch.
+
+Every answer is JSON in the service's own shape ({"error", "code"} for errors, never FastAPI's
+default bodies), written with `json.dumps` as before, so clients get the same bodies."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kernelopt.rewards.service.answers import openrlhf_answer
+from kernelopt.rewards.service.core import RewardService
+from kernelopt.rewards.service.errors import BadRequest, MethodNotAllowed, NotFound, ServiceError
+from kernelopt.rewards.service.metrics import Metrics
+from kernelopt.rewards.service.schemas import (REQUEST_MODELS, ErrorAnswer, EvaluateAnswer, EvaluateRequest, Health,
+                                               OpenRLHFAnswer, OpenRLHFRequest, ProblemListing)
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class JSONAnswer(JSONResponse):
+    """JSON as `json.dumps` writes it (spaces after separators; infinite rewards as Infinity),
+    the bytes clients of the old server got; Starlette's own JSONResponse refuses non-finite
+    numbers."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content).encode()
+
+
+def error_answer(error: ServiceError) -> Response:
+    # Closing the connection stops a client still sending a body that will not be read (too
+    # large, or refused before reading) instead of reading it only to throw it away.
+    headers = {"Connection": "close"}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(error.retry_after)
+    return JSONAnswer(error.body(), status_code=error.status, headers=headers)
+
+
+# -- the endpoints ------------------------------------------------------------------------------
+
+async def evaluate(request: Request) -> Response:
+    answers = await _judge(request, lambda service, body: [service.parse_evaluate(body)])
+    return JSONAnswer(answers[0])
+
+
+async def openrlhf(request: Request) -> Response:
+    answers = await _judge(request, RewardService.parse_openrlhf)
+    return JSONAnswer(openrlhf_answer(answers))
+
+
+async def healthz(request: Request) -> Response:
+    return JSONAnswer(_service(request).health())
+
+
+async def metrics(request: Request) -> Response:
+    return Response(_service(request).render_metrics(), media_type=METRICS_CONTENT_TYPE)
+
+
+async def problems(request: Request) -> Response:
+    return JSONAnswer({"problems": _service(request).catalog.listing()})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str
+    handler: Callable[[Request], Awaitable[Response]]
+    summary: str
+    request_model: type[BaseModel] | None = None
+    answer_model: type[BaseModel] | None = None
+    error_codes: tuple[int, ...] = ()
+    answer_class: type[Response] = JSONAnswer
+
+
+_JUDGING_ERRORS = (400, 422, 429, 500, 503, 504)
+ENDPOINTS = (
+    Endpoint("POST", "/v1/evaluate", evaluate, "Judge one completion and reward its verdict",
+             EvaluateRequest, EvaluateAnswer, _JUDGING_ERRORS),
+    Endpoint("POST", "/v1/openrlhf", openrlhf, "OpenRLHF's remote reward model: judge a batch of samples",
+             OpenRLHFRequest, OpenRLHFAnswer, _JUDGING_ERRORS),
+    Endpoint("POST", "/get_reward", openrlhf, "The same as /v1/openrlhf, at OpenRLHF's usual path",
+             OpenRLHFRequest, OpenRLHFAnswer, _JUDGING_ERRORS),
+    Endpoint("GET", "/healthz", healthz, "Liveness, queue and evaluators", answer_model=Health),
+    Endpoint("GET", "/metrics", metrics, "Prometheus metrics (text format)", answer_class=PlainTextResponse),
+    Endpoint("GET", "/v1/problems", problems, "The loaded problem set, with the ids requests may use",
+             answer_model=ProblemListing),
+)
+
+
+def create_app(service: RewardService, *, max_body: int = 16 << 20, log_requests: bool = False) -> FastAPI:
+    """The ASGI app serving `service`; bodies over `max_body` bytes are refused."""
+    app = FastAPI(title="kernelopt reward service", version="1", redoc_url=None, redirect_slashes=False,
+                  description="Verdicts and rewards for LLM-written kernels, for RL trainers (docs/serve.md).")
+    app.state.service, app.state.max_body = service, max_body
+    for endpoint in ENDPOINTS:
+        _add_route(app, endpoint)
+    app.add_exception_handler(StarletteHTTPException, _routing_error)
+    app.add_middleware(AnswerBook, metrics=service.metrics, log=log_requests,
+                       known_paths=frozenset(route.path for route in app.routes))
+    app.openapi = functools.partial(_openapi_with_request_models, app, app.openapi)
+    return app
+
+
+def _add_route(app: FastAPI, endpoint: Endpoint) -> None:
+    docs: dict = {"response_model": endpoint.answer_model,
+                  "responses": {code: {"model": ErrorAnswer} for code in endpoint.error_codes}}
+    if endpoint.request_model is not None:
+        docs["openapi_extra"] = {"requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{endpoint.request_model.__name__}"}}}}}
+    app.add_api_route(endpoint.path, _answering_errors(endpoint.handler), methods=[endpoint.method],
+                      summary=endpoint.summary, response_class=endpoint.answer_class, **docs)
+
+
+def _answering_errors(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    @functools.wraps(handler)
+    async def route(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ServiceError as exc:
+            return error_answer(exc)
+        except Exception as exc:  # noqa: BLE001 - the client gets an answer, not a dropped connection
+            return error_answer(ServiceError(f"internal error: {type(exc).__name__}: {exc}"))
+
+    return route
+
+
+async def _routing_error(request: Request, exc: StarletteHTTPException) -> Response:
+    path = request.url.path
+    if exc.status_code == 404:
+        endpoints = ", ".join(f"{e.method} {e.path}" for e in ENDPOINTS)
+        return error_answer(NotFound(f"no endpoint {path}: the endpoints are {endpoints} (documented at GET /docs)"))
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        return error_answer(MethodNotAllowed(f"{path} takes {allowed}, not {request.method}"))
+    error = ServiceError(str(exc.detail))
+    error.status = exc.status_code
+    return error_answer(error)
+
+
+def _openapi_with_request_models(app: FastAPI, generate: Callable[[], dict]) -> dict:
+    """FastAPI's document, plus the request models: the endpoints read their bodies themselves
+    (see requests.py), so FastAPI does not know these models on its own."""
+    schema = generate()
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in REQUEST_MODELS:
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model_schema.pop("$defs", {}))
+        components[model.__name__] = model_schema
+    return schema
+
+
+# -- bodies and jobs ----------------------------------------------------------------------------
+
+def _service(request: Request) -> RewardService:
+    return request.app.state.service
+
+
+async def _judge(request: Request, parse: Callable[[RewardService, object], list]) -> list[dict]:
+    """Read, check and queue the request's completions, then await their answers."""
+    service = _service(request)
+    raw = await _read_body(request, request.app.state.max_body)
+    pending = await run_in_threadpool(lambda: service.submit(parse(service, _decode_json(raw))))
+    try:
+        return await pending.wait_async()
+    finally:
+        pending.withdraw()
+
+
+async def _read_body(request: Request, max_body: int) -> bytes:
+    # A declared length is required so that a body too large is refused before it is read.
+    if request.headers.get("transfer-encoding", "").lower() == "chunked":
+        raise BadRequest("chunked bodies are not accepted: send Content-Length")
+    try:
+        length = int(request.headers.get("content-length", ""))
+    except ValueError:
+        length = -1
+    if length < 0:
+        raise BadRequest("missing or invalid Content-Length header")
+    if length > max_body:
+        raise BadRequest(f"the body is too large ({length} bytes; at most {max_body}, see --max-body)")
+    return await request.body()
+
+
+def _decode_json(raw: bytes):
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc or 'nested too deeply'}") from None
+
+
+# -- every answer, counted ------------------------------------------------------------------------
+
+class AnswerBook:
+    """ASGI middleware: counts every answer by path and status code for /metrics and, when
+    asked, logs it on stderr in the common log format. It also drops a trailing slash from the
+    path first, so "/healthz/" is "/healthz" (no redirect), and writes header names
+    capitalized, as clients of the old server saw them."""
+
+    def __init__(self, app, *, metrics: Metrics, known_paths: frozenset[str], log: bool):
+        self.app, self.metrics, self.known_paths, self.log = app, metrics, known_paths, log
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        scope["path"] = scope["path"].rstrip("/") or "/"
+        label = scope["path"] if scope["path"] in self.known_paths else "other"
+
+        async def counted_send(message):
+            if message["type"] == "http.response.start":
+                # Counted before a byte is sent: a client that reads its answer and then
+                # asks /metrics finds it there.
+                self.metrics.request(label, message["status"])
+                if self.log:
+                    _log_answer(scope, message["status"])
+                headers = [(_title_case(name), value) for name, value in message.get("headers", ())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, counted_send)
+
+
+def _title_case(name: bytes) -> bytes:
+    # Starlette lowercases header names; HTTP does not care, but a client reading headers into
+    # a plain dict looks for "Retry-After", as the old server wrote it (h11 keeps the case given).
+    return b"-".join(part.capitalize() for part in name.split(b"-"))
+
+
+def _log_answer(scope, status: int) -> None:
+    client = scope.get("client") or ("-", 0)
+    target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    if scope.get("query_string"):
+        target += "?" + scope["query_string"].decode("latin-1")
+    when = time.strftime("%d/%b/%Y %H:%M:%S")
+    print(f'{client[0]} - - [{when}] "{scope["method"]} {target} HTTP/{scope["http_version"]}" {status} -',
+          file=sys.stderr, flush=True)
