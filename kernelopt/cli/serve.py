@@ -1,4 +1,4 @@
-"""`kernelopt serve`: the reward service for RL trainers (kernelopt/rewards/service.py,
+"""`kernelopt serve`: the reward service for RL trainers (kernelopt/rewards/service/,
 docs/serve.md). Checks everything it can before listening (device, sandbox backend, reward
 spec, problem set, port), prints the URL on stderr and serves until Ctrl-C or SIGTERM, then
 answers the requests it accepted before it exits."""
