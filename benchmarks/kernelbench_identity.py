@@ -76,7 +76,7 @@ def as_candidate(source: str) -> str:
 
 
 def solution_key(level: int, problem_id: int, code: str) -> str:
-    """The key `kernelopt bench --solutions` files the verdict under (kernelopt/agent/bench.py)."""
+    """The key `kernelopt bench --solutions` files the verdict under (kernelopt/bench/rescore.py)."""
     return f"{level}/{problem_id}/0/{hashlib.sha256(code.encode('utf-8')).hexdigest()[:16]}"
 
 

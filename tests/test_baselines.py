@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from kernelopt.agent.baselines import BaselineStore, baseline_source, default_names, store_key
+from kernelopt.bench.baselines import BaselineStore, baseline_source, default_names, store_key
 from kernelopt.kernelbench import load_problem, problem_from_source
 from kernelopt.sandbox import EvalOptions
 

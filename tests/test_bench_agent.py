@@ -212,7 +212,7 @@ def test_usage_errors_before_any_work(endpoint, monkeypatch, capsys, tmp_path):
 
 
 def test_solutions_mode_writes_its_summary_too(tmp_path):
-    from kernelopt.agent.bench import Solution, rescore
+    from kernelopt.bench.rescore import Solution, rescore
     from kernelopt.kernelbench import load_problem_set
     from kernelopt.sandbox import EvalOptions
 
@@ -227,7 +227,7 @@ def test_solutions_mode_writes_its_summary_too(tmp_path):
 
 
 def test_problems_are_shared_out_one_per_device_each_on_its_own_cores():
-    from kernelopt.agent.bench import run_on_devices
+    from kernelopt.bench.rescore import run_on_devices
 
     seen, lock = [], threading.Lock()
 
@@ -259,7 +259,7 @@ def test_problems_run_on_every_gpu_and_concurrently(endpoint, capsys, tmp_path):
     GPU when there is only one)."""
     import torch
 
-    from kernelopt.agent.bench_agent import bench_agent
+    from kernelopt.bench.agent_runs import bench_agent
     from kernelopt.agent.optimize import OptimizeConfig
     from kernelopt.agent.store import RunStore
     from kernelopt.kernelbench import load_problem_set

@@ -134,7 +134,7 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
     """What a pass of the agent over a set needs, checked before any work: (problem set, settings,
     store, OUT, devices, API key); None when no endpoint is configured (how to configure one was
     printed). Shared by bench and generate."""
-    from kernelopt.agent.bench_agent import recorded_store
+    from kernelopt.bench.agent_runs import recorded_store
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.isolation import IsolationError, select_backend
@@ -160,7 +160,7 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
 
 def run_set(driver, problem_set, config, store, out, devices, api_key) -> dict:
     """bench_agent or generate over the set; their failures as the CLI reports them."""
-    from kernelopt.agent.bench_agent import SetRunError
+    from kernelopt.bench.agent_runs import SetRunError
     from kernelopt.sandbox.isolation import IsolationError
     from kernelopt.sandbox.process import SandboxError
 

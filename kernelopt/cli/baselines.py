@@ -1,5 +1,5 @@
 """`kernelopt baselines`: PyTorch's own execution modes for a problem set, measured by the
-referee and stored for reuse (see kernelopt/agent/baselines.py)."""
+referee and stored for reuse (see kernelopt/bench/baselines.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def add_command(commands) -> None:
 
 
 def run_baselines(args) -> int:
-    from kernelopt.agent.baselines import BaselineStore, default_names, measure_baselines
+    from kernelopt.bench.baselines import BaselineStore, default_names, measure_baselines
     from kernelopt.kernelbench import ProblemError, ProblemSetError
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.process import SandboxError

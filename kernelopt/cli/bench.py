@@ -1,8 +1,8 @@
 """`kernelopt bench`: a problem set at once, in one of two modes.
 
 - agent (no --solutions): one `kernelopt optimize` run per problem with a per-problem budget
-  (kernelopt/agent/bench_agent.py), every run in the run store;
-- solutions (--solutions DIR): rescoring existing generations (kernelopt/agent/bench.py).
+  (kernelopt/bench/agent_runs.py), every run in the run store;
+- solutions (--solutions DIR): rescoring existing generations (kernelopt/bench/rescore.py).
 
 Both are resumable from OUT, continue past failing problems, take `--gpus` (one problem at a
 time per GPU) and end with KernelBench's metrics per level, printed and in OUT/summary.json.
@@ -74,7 +74,7 @@ AGENT_ONLY = ("base_url", "budget", "max_tokens_total", "max_cost", "max_evals",
 
 
 def run_agent(args) -> int:
-    from kernelopt.agent.bench_agent import bench_agent
+    from kernelopt.bench.agent_runs import bench_agent
 
     if args.baselines:
         raise UsageError("--baselines applies to --solutions; for the agent's results run "
@@ -90,8 +90,8 @@ def run_agent(args) -> int:
 # solutions mode --------------------------------------------------------------------------------
 
 def run_rescore(args) -> int:
-    from kernelopt.agent.baselines import BaselineStore, default_names
-    from kernelopt.agent.bench import find_solutions, rescore
+    from kernelopt.bench.baselines import BaselineStore, default_names
+    from kernelopt.bench.rescore import find_solutions, rescore
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.isolation import IsolationError

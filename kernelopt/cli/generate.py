@@ -1,5 +1,5 @@
 """`kernelopt generate`: K scored candidates per problem of a set, for datasets
-(kernelopt/agent/generate.py). The set is `--problems SET` as issue 6 names it (`--kernelbench`
+(kernelopt/bench/generate.py). The set is `--problems SET` as issue 6 names it (`--kernelbench`
 is the same option, as bench spells it), and the id subset is `--ids`. Everything else (the
 endpoint, LLM, evaluation options, --gpus, --store, resume from --out) is as for bench's agent
 mode, whose set-up it shares. Exit codes as bench's.
@@ -56,7 +56,7 @@ def add_command(commands) -> None:
 
 
 def run_generate(args) -> int:
-    from kernelopt.agent.generate import calls_needed, generate
+    from kernelopt.bench.generate import calls_needed, generate
 
     turns = args.turns or 0
     if args.samples < 1 or turns < 0:

@@ -1,5 +1,5 @@
 """`kernelopt report RUN`: report.html, report.json and report.md for a bench run folder (see
-kernelopt/agent/report.py)."""
+kernelopt/bench/report/)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def add_command(commands) -> None:
 
 
 def run_report(args) -> int:
-    from kernelopt.agent.report import ReportError, headline, write_report
+    from kernelopt.bench.report.data import ReportError, headline, write_report
 
     try:
         written = write_report(Path(args.run), Path(args.out) if args.out else None)

@@ -10,7 +10,7 @@ Before its samples, each problem's reference is checked for health (kernelopt/sa
 flags are reported per problem in the summary's `health`, never charged to a candidate.
 With several devices (`--gpus`), problems are handed out from one queue, one at a time per
 device (`run_on_devices`). The summary, with the mode and the set's problems, also goes to
-OUT/summary.json. Running the agent over a set (the other mode) is kernelopt/agent/bench_agent.py.
+OUT/summary.json. Running the agent over a set (the other mode) is kernelopt/bench/agent_runs.py.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def against_baselines(problem_set: ProblemSet, best: dict, names: list[str], opt
     (a baseline that is not correct itself counts as eager). Baselines are measured only for
     problems with a correct solution: the others fail against any baseline. `best`: each
     problem's best outcome, as _best_outcomes gives it."""
-    from kernelopt.agent.baselines import measure_baselines
+    from kernelopt.bench.baselines import measure_baselines
 
     measured = {}
     for problem in problem_set:

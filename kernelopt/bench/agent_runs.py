@@ -2,9 +2,9 @@
 
 One driver, `run_over_set`, with two front ends: `kernelopt bench` without --solutions (records
 of kind "agent" in OUT/results.jsonl, KernelBench's metrics over them in OUT/summary.json) and
-`kernelopt generate` (kernelopt/agent/generate.py: K scored samples per problem for datasets,
+`kernelopt generate` (kernelopt/bench/generate.py: K scored samples per problem for datasets,
 OUT/generate.jsonl). Per problem, in set order, problems handed out from one queue to the
-devices (one problem at a time per device, `bench.run_on_devices`):
+devices (one problem at a time per device, `rescore.run_on_devices`):
 
 1. the reference's health is checked once (as rescoring does; the record stays in the log). A
    reference that fails or does not fit the device gets a `problem_error` record and no run;
@@ -34,7 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelopt.agent.bench import (
+from kernelopt.agent.llm import LLMClient
+from kernelopt.agent.optimize import OptimizeConfig, run_search, save_json, start_run, stored_problem
+from kernelopt.agent.store import RunStore, StoreError
+from kernelopt.bench.rescore import (
     Progress,
     ResultLog,
     check_health_once,
@@ -42,9 +45,6 @@ from kernelopt.agent.bench import (
     summarize_results,
     write_summary,
 )
-from kernelopt.agent.llm import LLMClient
-from kernelopt.agent.optimize import OptimizeConfig, run_search, save_json, start_run, stored_problem
-from kernelopt.agent.store import RunStore, StoreError
 from kernelopt.kernelbench import Problem, ProblemSet
 from kernelopt.sandbox import EvalOptions, EvalResult, Evaluator
 

@@ -1,17 +1,17 @@
 """report.html: one self-contained page (inline CSS and SVG, no script, nothing fetched) showing
-the report's tables (kernelopt/agent/report.py) and four plots: speedup per problem, best speedup
+the report's tables (data.py) and four plots: speedup per problem, best speedup
 against LLM calls, the fast_p curve and the speedup distribution.
 
 Every string that comes from the run (problem names, statuses, messages, paths) is escaped here
-or in kernelopt/agent/svg_charts.py; nothing from the data is ever placed in the page unescaped.
+or in svg_charts.py; nothing from the data is ever placed in the page unescaped.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from kernelopt.agent import svg_charts as charts
-from kernelopt.agent.report import Table, headline
+from kernelopt.bench.report import svg_charts as charts
+from kernelopt.bench.report.data import Table, headline
 from kernelopt.kernelbench.metrics import SPEEDUP_BUCKETS
 
 STYLE = """

@@ -7,7 +7,7 @@ headline numbers are the summary's, never recomputed differently; what the summa
 (each problem's best record, the best speedup after each LLM call) comes from results.jsonl with
 the same best-verdict rule (kernelopt/kernelbench/metrics.py). The report is built once as plain
 data (`build_report`: what report.json holds), then laid out as tables (`tables`) that both the
-Markdown here and the HTML (kernelopt/agent/report_html.py) render, so the three never disagree.
+Markdown here and the HTML (kernelopt/bench/report/html.py) render, so the three never disagree.
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def _md(text: str) -> str:
 
 def write_report(folder: Path, out: Path | None = None) -> dict:
     """Write report.html, report.json and report.md into `out` (default: the run folder)."""
-    from kernelopt.agent.report_html import render_html
+    from kernelopt.bench.report.html import render_html
 
     report = build_report(load_run(folder))
     out = Path(out) if out is not None else Path(folder)

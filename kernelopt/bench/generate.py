@@ -4,7 +4,7 @@ Each problem gets one stored run with the `samples` strategy (kernelopt/agent/st
 independent first attempts, each refined T more turns with the referee's feedback on its own
 chain only. Every attempt is judged and stored with its parent (the chain's previous answer)
 and its strategy data `{"sample": k, "turn": t}`, so an export can rebuild the chains and turns.
-The set is driven by bench_agent.run_over_set, as `kernelopt bench` drives the agent (resume
+The set is driven by agent_runs.run_over_set, as `kernelopt bench` drives the agent (resume
 from OUT/runs.json and the store, health checks, devices, failing problems recorded and passed
 over); OUT/generate.jsonl gets one line per problem: its run, its candidates counted by
 verdict, and the best.
@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelopt.agent.bench_agent import SetJob, run_over_set
 from kernelopt.agent.optimize import OptimizeConfig
 from kernelopt.agent.store import RunStore
+from kernelopt.bench.agent_runs import SetJob, run_over_set
 from kernelopt.kernelbench import ProblemSet
 
 
