@@ -227,7 +227,7 @@ def test_solutions_mode_writes_its_summary_too(tmp_path):
 
 
 def test_problems_are_shared_out_one_per_device_each_on_its_own_cores():
-    from kernelopt.bench.rescore import run_on_devices
+    from kernelopt.bench.runner import run_on_devices
 
     seen, lock = [], threading.Lock()
 

@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from kernelopt.bench.rescore import summarize_results
+from kernelopt.bench.summary import summarize_results
 from kernelopt.cli import main
 from kernelopt.kernelbench.metrics import (
     DISTRIBUTION_KEYS, FAST_P_THRESHOLDS, ProblemOutcome, best_per_problem, fast_p_curve, fast_p_key,

@@ -4,7 +4,7 @@ One driver, `run_over_set`, with two front ends: `kernelopt bench` without --sol
 of kind "agent" in OUT/results.jsonl, KernelBench's metrics over them in OUT/summary.json) and
 `kernelopt generate` (kernelopt/bench/generate.py: K scored samples per problem for datasets,
 OUT/generate.jsonl). Per problem, in set order, problems handed out from one queue to the
-devices (one problem at a time per device, `rescore.run_on_devices`):
+devices (one problem at a time per device, `runner.run_on_devices`):
 
 1. the reference's health is checked once (as rescoring does; the record stays in the log). A
    reference that fails or does not fit the device gets a `problem_error` record and no run;
@@ -37,14 +37,8 @@ from pathlib import Path
 from kernelopt.agent.llm import LLMClient
 from kernelopt.agent.optimize import OptimizeConfig, run_search, save_json, start_run, stored_problem
 from kernelopt.agent.store import RunStore, StoreError
-from kernelopt.bench.rescore import (
-    Progress,
-    ResultLog,
-    check_health_once,
-    run_on_devices,
-    summarize_results,
-    write_summary,
-)
+from kernelopt.bench.runner import Progress, ResultLog, check_health_once, run_on_devices, write_summary
+from kernelopt.bench.summary import summarize_results
 from kernelopt.kernelbench import Problem, ProblemSet
 from kernelopt.sandbox import EvalOptions, EvalResult, Evaluator
 

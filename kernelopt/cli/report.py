@@ -24,7 +24,7 @@ def add_command(commands) -> None:
 
 
 def run_report(args) -> int:
-    from kernelopt.bench.report.data import ReportError, headline, write_report
+    from kernelopt.bench.report import ReportError, headline, write_report
 
     try:
         written = write_report(Path(args.run), Path(args.out) if args.out else None)

@@ -1,13 +1,12 @@
-"""`kernelopt report RUN`: a bench run folder as report.html, report.json and report.md.
+"""The report as data: a bench run folder read and turned into what report.json holds.
 
 A bench run folder (written by `kernelopt bench`, in both modes) holds results.jsonl (every
 verdict, health probe and agent run, one JSON object a line) and summary.json (the summary
 `kernelopt bench --json` prints, plus "mode" and "problems": the whole set, in order). The
 headline numbers are the summary's, never recomputed differently; what the summary does not hold
 (each problem's best record, the best speedup after each LLM call) comes from results.jsonl with
-the same best-verdict rule (kernelopt/kernelbench/metrics.py). The report is built once as plain
-data (`build_report`: what report.json holds), then laid out as tables (`tables`) that both the
-Markdown here and the HTML (kernelopt/bench/report/html.py) render, so the three never disagree.
+the same best-verdict rule (kernelopt/kernelbench/metrics.py). `build_report` gives the numbers
+and the plots' series; tables.py lays them out for markdown.py and html.py.
 """
 
 from __future__ import annotations
@@ -15,13 +14,12 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
-from html import escape
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.kernelbench.metrics import (
-    DISTRIBUTION_KEYS, FAST_P_THRESHOLDS, ProblemOutcome, best_per_problem, fast_p_curve, fast_p_key,
-    geometric_mean, kind_breakdown, outcome_of, speedup_distribution,
+    ProblemOutcome, best_per_problem, fast_p_curve, geometric_mean, kind_breakdown, outcome_of,
+    speedup_distribution,
 )
 
 FAST_P_GRID = tuple(round(i * 0.05, 4) for i in range(61))  # 0 .. 3 in steps of 0.05
@@ -38,15 +36,6 @@ class Run:
     summary: dict
     records: list[dict]
     skipped_lines: int = 0  # damaged lines of results.jsonl, left out
-
-
-@dataclass
-class Table:
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    note: str = ""
-    key: str = field(default="")  # an id for the HTML anchor
 
 
 # -- reading a run folder --------------------------------------------------------------------------
@@ -264,148 +253,3 @@ def _finite(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
-
-
-# -- tables (shared by Markdown and HTML) ----------------------------------------------------------
-
-METRIC_COLUMNS = ("n_problems", "n_correct", *(fast_p_key(p) for p in FAST_P_THRESHOLDS),
-                  "geomean_speedup", "median_speedup")
-
-
-def tables(report: dict) -> dict[str, Table]:
-    """The report's tables by name: metrics (and one per baseline), distribution, kinds, health,
-    problems."""
-    summary = report["summary"]
-    result = {"metrics": _metrics_table("Metrics", summary, "KernelBench's fast_p over every problem of "
-                                        "the set (a problem without a correct result fails); geomean and "
-                                        "median over the correct ones.")}
-    for index, (name, against) in enumerate((summary.get("vs_baselines") or {}).items()):
-        result[f"baseline {name}"] = _metrics_table(
-            f"Metrics against {name}", against, f"Each correct speedup divided by {name}'s speedup over eager.",
-            key=f"baseline-{index + 1}")
-    result["distribution"] = _distribution_table(report["speedup_distribution"])
-    result["kinds"] = _kinds_table(report["optimization_kinds"])
-    result["health"] = _health_table(report["problems"])
-    result["problems"] = _problems_table(report["problems"], report["mode"])
-    return result
-
-
-def _metrics_table(title: str, metrics: dict, note: str, key: str = "metrics") -> Table:
-    headers = ["level", "problems", "correct", *(fast_p_key(p) for p in FAST_P_THRESHOLDS), "geomean", "median"]
-    rows = []
-    for level, values in [*metrics.get("levels", {}).items(), ("all", metrics.get("overall", {}))]:
-        cells = [str(level)]
-        for column in METRIC_COLUMNS:
-            value = values.get(column)
-            if column.startswith("fast_"):
-                cells.append(f"{value:.2f}" if isinstance(value, (int, float)) else "-")
-            elif column.endswith("_speedup"):
-                cells.append(format_speedup(value))
-            else:
-                cells.append(str(value) if value is not None else "-")
-        rows.append(cells)
-    return Table(title, headers, rows, note, key=key)
-
-
-def _distribution_table(distribution: dict) -> Table:
-    buckets = [b for b in DISTRIBUTION_KEYS if b != "untimed" or distribution["overall"].get(b)]
-    rows = [[str(level), *(str(counts.get(b, 0)) for b in buckets)]
-            for level, counts in [*distribution["levels"].items(), ("all", distribution["overall"])]]
-    return Table("Speedup distribution per level", ["level", *buckets], rows,
-                 "Problems per bucket of their best correct speedup: a bucket a-b holds speedups above a up to "
-                 "and including b; failed: no correct result.", key="distribution")
-
-
-def _kinds_table(kinds: dict) -> Table:
-    levels = list(kinds["levels"])
-    rows = [[kind, str(values["n_problems"]), format_speedup(values["geomean_speedup"]),
-             *(str(kinds["levels"][level].get(kind, {}).get("n_problems", 0)) for level in levels)]
-            for kind, values in kinds["overall"].items()]
-    return Table("Optimization kinds", ["kind", "problems", "geomean", *(f"level {level}" for level in levels)],
-                 rows, "Problems whose best correct result the referee labelled with the kind (a result often has "
-                 "several), and their geometric mean speedup." + ("" if rows else " No correct result."),
-                 key="kinds")
-
-
-def _health_table(rows: list[dict]) -> Table:
-    flagged = [r for r in rows if r["health"]]
-    return Table("Problem health", ["level", "id", "name", "flags", "details"],
-                 [[str(r["level"]), _id(r), r["name"], ", ".join(r["health"]), "; ".join(r["health_details"])]
-                  for r in flagged],
-                 "References no candidate can be judged fairly against (see docs/bench.md); never charged "
-                 "to a candidate." + ("" if flagged else " No reference was flagged."), key="health")
-
-
-def _problems_table(rows: list[dict], mode: str) -> Table:
-    agent = mode == "agent"
-    headers = ["level", "id", "name", "status", "best speedup", "kinds", "flags", "health"]
-    headers += ["LLM calls", "cost", "wall s"] if agent else ["samples"]
-    body = []
-    for r in rows:
-        cells = [str(r["level"]), _id(r), r["name"], r["status"], format_speedup(r["speedup"]),
-                 ", ".join(r["kinds"]), ", ".join(r["flags"]), ", ".join(r["health"])]
-        cells += [_plain(r.get(c)) for c in AGENT_COLUMNS] if agent else [str(r["attempts"])]
-        body.append(cells)
-    return Table("Problems", headers, body, "Each problem's best result.", key="problems")
-
-
-def format_speedup(value) -> str:
-    return f"{value:.2f}x" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
-
-
-def _id(row: dict) -> str:
-    return "-" if row["problem_id"] is None else str(row["problem_id"])
-
-
-def _plain(value) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-# -- files -----------------------------------------------------------------------------------------
-
-def headline(report: dict) -> str:
-    """One sentence: the mode, the set's size, the main numbers, and for agent runs what ran."""
-    summary = report["summary"]
-    overall = summary["overall"]
-    text = (f"{report['mode']} run over {overall['n_problems']} problems: fast_0 {overall['fast_0']:.2f}, "
-            f"fast_1 {overall.get('fast_1', 0):.2f}, geomean {format_speedup(overall.get('geomean_speedup'))}")
-    extras = [f"{label} {summary[key]}" for key, label in (("model", "model"), ("strategy", "strategy"),
-                                                          ("llm_calls", "LLM calls"), ("cost", "cost"))
-              if summary.get(key) is not None]
-    return text + ("; " + ", ".join(extras) if extras else "") + "."
-
-
-def render_markdown(report: dict) -> str:
-    lines = [f"# kernelopt bench report: {_md(report['run'])}", "", _md(headline(report)), ""]
-    for table in tables(report).values():
-        lines += [f"## {_md(table.title)}", "", table.note, ""]
-        if table.rows:
-            lines.append("| " + " | ".join(_md(h) for h in table.headers) + " |")
-            lines.append("|" + "---|" * len(table.headers))
-            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in table.rows]
-            lines.append("")
-    return "\n".join(lines)
-
-
-def _md(text: str) -> str:
-    """A table cell: one line, pipes escaped, HTML inert (a Markdown viewer renders raw HTML)."""
-    return escape(" ".join(str(text).split()), quote=False).replace("\\", "\\\\").replace("|", "\\|")
-
-
-def write_report(folder: Path, out: Path | None = None) -> dict:
-    """Write report.html, report.json and report.md into `out` (default: the run folder)."""
-    from kernelopt.bench.report.html import render_html
-
-    report = build_report(load_run(folder))
-    out = Path(out) if out is not None else Path(folder)
-    files = {"html": out / "report.html", "json": out / "report.json", "md": out / "report.md"}
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        files["json"].write_text(json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        files["md"].write_text(render_markdown(report), encoding="utf-8")
-        files["html"].write_text(render_html(report, tables(report)), encoding="utf-8")
-    except OSError as exc:
-        raise ReportError(f"cannot write the report into {out}: {exc}") from None
-    return {"files": {kind: str(path) for kind, path in files.items()}, "report": report}

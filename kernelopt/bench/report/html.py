@@ -1,5 +1,5 @@
 """report.html: one self-contained page (inline CSS and SVG, no script, nothing fetched) showing
-the report's tables (data.py) and four plots: speedup per problem, best speedup
+the report's tables (tables.py) and four plots: speedup per problem, best speedup
 against LLM calls, the fast_p curve and the speedup distribution.
 
 Every string that comes from the run (problem names, statuses, messages, paths) is escaped here
@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from kernelopt.bench.report import svg_charts as charts
-from kernelopt.bench.report.data import Table, headline
+from kernelopt.bench.report.tables import Table, headline
 from kernelopt.kernelbench.metrics import SPEEDUP_BUCKETS
 
 STYLE = """
