@@ -260,7 +260,7 @@ def test_problems_run_on_every_gpu_and_concurrently(endpoint, capsys, tmp_path):
     import torch
 
     from kernelopt.bench.agent_runs import bench_agent
-    from kernelopt.agent.optimize import OptimizeConfig
+    from kernelopt.agent.search import OptimizeConfig
     from kernelopt.agent.store import RunStore
     from kernelopt.kernelbench import load_problem_set
 

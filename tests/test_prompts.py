@@ -5,7 +5,7 @@ from __future__ import annotations
 import jinja2
 import pytest
 
-from kernelopt.agent.engine import Attempt
+from kernelopt.agent.attempt import Attempt
 from kernelopt.agent.prompting import (
     HISTORY_ERROR_CHARS,
     LOG_LINES,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kernelopt.agent.engine import Attempt
+from kernelopt.agent.attempt import Attempt
 from kernelopt.agent.strategies import (
     SCORE_BUCKETS,
     STRATEGIES,

@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernelopt.agent.engine import Attempt, Search
+from kernelopt.agent.attempt import Attempt, Search
 
 HISTORY_LIMIT = 12
 SCORE_BUCKETS = (0.0, 1.0, 1.5)   # failed | slower than the reference | up to 1.5x | beyond

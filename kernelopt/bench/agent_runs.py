@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.agent.llm import LLMClient
-from kernelopt.agent.optimize import OptimizeConfig, run_search, save_json, start_run, stored_problem
+from kernelopt.agent.search import OptimizeConfig, run_search, save_json, start_run, stored_problem
 from kernelopt.agent.store import RunStore, StoreError
 from kernelopt.bench.runner import Progress, ResultLog, check_health_once, run_on_devices, write_summary
 from kernelopt.bench.summary import summarize_results

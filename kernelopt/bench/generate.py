@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelopt.agent.optimize import OptimizeConfig
+from kernelopt.agent.search import OptimizeConfig
 from kernelopt.agent.store import RunStore
 from kernelopt.bench.agent_runs import SetJob, run_over_set
 from kernelopt.kernelbench import ProblemSet

@@ -57,7 +57,7 @@ def missing_endpoint(command: str) -> int:
 
 def new_config(args, base_url: str, problem_path: str, strategy: str, strategy_options: dict | None = None):
     """A new run's settings from the command line (strategy_options: instead of the options')."""
-    from kernelopt.agent.optimize import OptimizeConfig
+    from kernelopt.agent.search import OptimizeConfig
 
     if not args.model:
         raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")

@@ -1,6 +1,6 @@
 """`kernelopt export`: stored runs as training data (jsonl, sft, preference, trajectory, verl).
 
-The store is read by kernelopt/agent/export.py; the formats are built and written by
+The store is read by kernelopt/agent/records.py; the formats are built and written by
 kernelopt/rewards/export.py. Exit codes: 0 when the file was written (even with no rows), 2 for
 unusable input (no store, an unknown run, format or reward, a gamma outside [0, 1], pyarrow
 missing for verl, an output path that cannot be written).
@@ -38,7 +38,7 @@ def add_command(commands) -> None:
 
 
 def run_export(args) -> int:
-    from kernelopt.agent.export import load_records, open_existing_store
+    from kernelopt.agent.records import load_records, open_existing_store
     from kernelopt.agent.store import StoreError, default_store_path
     from kernelopt.rewards import RewardError, make_reward
     from kernelopt.rewards.export import ExportError, check_gamma, export_records, get_format

@@ -52,7 +52,7 @@ def add_command(commands) -> None:
 
 
 def run_optimize(args) -> int:
-    from kernelopt.agent.optimize import OptimizeConfig, run_search, save_json, start_run, stored_problem
+    from kernelopt.agent.search import OptimizeConfig, run_search, save_json, start_run, stored_problem
     from kernelopt.agent.store import StoreError
     from kernelopt.kernelbench import ProblemError, load_problem
     from kernelopt.sandbox.process import SandboxError
@@ -129,7 +129,7 @@ class ProgressPrinter:
 
 def explain_missing_endpoint(args) -> int:
     """No endpoint: say how to configure one, and show the referee on bundled candidates."""
-    from kernelopt.agent.optimize import bundled_candidates
+    from kernelopt.agent.search import bundled_candidates
 
     status = missing_endpoint(f"optimize {args.problem}")
     candidates = bundled_candidates(args.problem)

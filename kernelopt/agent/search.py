@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelopt.agent.budget import Budget, BudgetLimits
-from kernelopt.agent.engine import Attempt, Search
+from kernelopt.agent.attempt import Attempt, Search
 from kernelopt.agent.llm import LLMClient, LLMSettings, Price
 from kernelopt.agent.prompting import PromptContext, backend_for, device_description
 from kernelopt.agent.store import RunStore, new_run_id
