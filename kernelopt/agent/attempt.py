@@ -1,13 +1,15 @@
-"""The search engine: what a strategy calls to turn a prompt into a judged candidate.
+"""The attempt pipeline: one prompt in, one judged candidate out. It has no loop of its own: the
+search loop (search.py) starts attempts as the strategy asks and waits for them.
 
-`Search.attempt(messages)` reserves budget, asks the LLM (in a pool of `concurrency` threads),
-extracts the code, and hands it to the evaluation lane, returning a future of the `Attempt`.
-LLM calls of one batch overlap with the evaluation of earlier answers; evaluations run one at a
-time per device by default, because concurrent timing on one device would skew the speedups.
+`AttemptPipeline.attempt(messages)` reserves budget, asks the LLM (in a pool of `concurrency`
+threads), extracts the code, and hands it to the evaluation lane, returning a future of the
+`Attempt`. LLM calls of one round overlap with the evaluation of earlier answers; evaluations run
+one at a time per device by default, because concurrent timing on one device would skew the
+speedups.
 
 Everything goes through the run store first: a call this run already finished is replayed from
 it, an identical code hash is judged once, and the cross-run response cache answers repeated
-requests. Because strategies decide only from finished batches and a seeded RNG, replaying a
+requests. Because strategies decide only from finished rounds and a seeded RNG, replaying a
 run after a crash sends the same requests in the same order, so resuming redoes no finished
 work.
 """
@@ -25,7 +27,7 @@ from kernelopt.agent.budget import Budget
 from kernelopt.agent.llm import LLMCallError, LLMClient, LLMConfigError, LLMSettings, request_key
 from kernelopt.kernelbench.completion import FormatError, extract_code
 from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, short_error
-from kernelopt.agent.store import CallRecord, RunStore
+from kernelopt.agent.store import LLMCallRecord, RunStore
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import EvalOptions, EvalResult
 from kernelopt.sandbox.batch import Evaluator
@@ -103,7 +105,11 @@ class Attempt:
         return short_error(self.format_error or self.llm_error or self.eval_error or "")
 
 
-class Search:
+class AttemptPipeline:
+    """Turns prompts into judged attempts for one run: budget, LLM call (replayed, cached or
+    sent), code extraction, evaluation (deduplicated by code hash), every step recorded in the
+    store. What strategies read: `attempts`, `best()`, `judged()`, `stop_reason()`, `prompts`."""
+
     def __init__(self, *, run_id: str, problem: Problem, store: RunStore, client: LLMClient | None,
                  settings: LLMSettings, budget: Budget, eval_options: EvalOptions,
                  prompts: PromptContext, use_cache: bool = True, eval_workers: int = 1,
@@ -159,9 +165,6 @@ class Search:
         done: Future = Future()
         self._llm_pool.submit(self._run_attempt, attempt, request, key, occurrence, done)
         return done
-
-    def wait(self, futures: list[Future | None]) -> list[Attempt]:
-        return [f.result() for f in futures if f is not None]
 
     def critique(self, attempt: Attempt) -> str | None:
         """An optional diagnosis of a failed or slow attempt by the LLM (one more call)."""
@@ -239,7 +242,7 @@ class Search:
                 self.run_id, call.id, parent_id, attempt.code, attempt.code_hash,
                 attempt.format_error, attempt.data)
 
-    def _call(self, request: dict, key: str, occurrence: int, purpose: str) -> CallRecord:
+    def _call(self, request: dict, key: str, occurrence: int, purpose: str) -> LLMCallRecord:
         """A finished call of this run, else the cross-run cache, else the endpoint."""
         record = self.store.find_call(self.run_id, key, occurrence)
         if record is None and self.use_cache:
@@ -255,7 +258,7 @@ class Search:
         self.budget.add_usage(record.prompt_tokens + record.completion_tokens, record.cost)
         return record
 
-    def _call_endpoint(self, request: dict, key: str, occurrence: int, purpose: str) -> CallRecord:
+    def _call_endpoint(self, request: dict, key: str, occurrence: int, purpose: str) -> LLMCallRecord:
         if self.client is None:
             raise LLMConfigError("no LLM endpoint configured")
         try:
@@ -269,7 +272,7 @@ class Search:
             latency_s=c.latency_s, cost=c.cost, attempts=c.attempts)
         self.store.cache_answer(key, occurrence, c.content, c.reasoning, c.response,
                                 c.prompt_tokens, c.completion_tokens)
-        return CallRecord(id=call_id, content=c.content, reasoning=c.reasoning,
+        return LLMCallRecord(id=call_id, content=c.content, reasoning=c.reasoning,
                           prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
                           latency_s=c.latency_s, cost=c.cost, source="endpoint", error=None)
 

@@ -1,5 +1,9 @@
 """Attempt records from the run store, for the export formats of kernelopt/rewards/export.py.
 
+It reads the store's tables (runs, candidates, LLM calls, evaluations), so it lives beside the
+store; the formats take these plain records and know nothing of the store, so the rewards
+package does not depend on the agent.
+
 One record per candidate (an LLM answer with a program or a format error): the candidate row
 joined with its LLM call (the request's messages and the answer's text) and, by the run and the
 code hash, with its evaluation (the whole stored `EvalResult`). LLM calls without a candidate

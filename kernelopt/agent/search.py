@@ -1,4 +1,10 @@
-"""`kernelopt optimize`: one search run from settings to summary.
+"""One search run, from settings to summary, and the search loop itself (`search_loop`).
+
+`run_search` builds the run's attempt pipeline (attempt.py) and strategy (strategies.py), runs
+`search_loop` until the strategy or the budget ends it, and leaves the run's status and its
+`RunSummary` in the store, whatever stops it. The loop is the only place where attempts are
+started and waited for: each round, the strategy names what to ask from the attempts finished so
+far, and the loop starts those asks and waits.
 
 Settings are one JSON-able `OptimizeConfig`, stored with the run, so `--resume RUN_ID` rebuilds
 exactly the same search (the API key is never stored: it comes from the environment again).
@@ -9,16 +15,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from kernelopt.agent.attempt import Attempt, AttemptPipeline
 from kernelopt.agent.budget import Budget, BudgetLimits
-from kernelopt.agent.attempt import Attempt, Search
 from kernelopt.agent.llm import LLMClient, LLMSettings, Price
 from kernelopt.agent.prompting import PromptContext, backend_for, device_description
 from kernelopt.agent.store import RunStore, new_run_id
-from kernelopt.agent.strategies import make_strategy
+from kernelopt.agent.strategies import Progress, Strategy, make_strategy
 from kernelopt.kernelbench import Problem, problem_from_source
 from kernelopt.sandbox import EvalOptions
 
@@ -58,9 +65,62 @@ class OptimizeConfig:
 
 
 @dataclass
+class BestCandidate:
+    """The run's best correct candidate (its code is in `path`)."""
+
+    status: str
+    speedup: float | None
+    path: str
+    candidate_id: int | None
+    attempt: int
+    reference_ms: float | None
+    candidate_ms: float | None
+    optimization_kinds: list[str]
+    flags: list[str]
+
+
+@dataclass
+class TokenCounts:
+    prompt: int
+    completion: int
+
+
+@dataclass
+class RunSummary:
+    """What a run ended with: `kernelopt optimize --json` prints it, the store keeps it with the
+    run (`runs show`), OUT/summary.json holds it. The JSON keys are the field names, in order."""
+
+    run_id: str
+    problem: str
+    model: str
+    strategy: str
+    best: BestCandidate | None
+    llm_calls: int
+    llm_calls_failed: int
+    candidates: int              # answers with a program (format errors are not candidates)
+    evaluations: int             # distinct programs judged
+    attempts: int
+    statuses: dict[str, int]     # attempts by status
+    tokens: TokenCounts
+    cost: float
+    stop_reason: str
+    wall_s: float
+    store: str
+    out: str
+    status: str                  # finished | failed | interrupted
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
+@dataclass
 class RunOutcome:
     run_id: str
-    summary: dict
+    summary: RunSummary
     attempts: list[Attempt]
 
 
@@ -81,22 +141,14 @@ def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem:
                evaluator=None) -> RunOutcome:
     """Runs (or replays and continues) the search; always leaves the run's status and summary
     in the store, whatever stops it."""
-    settings = config.llm_settings(api_key)
     budget = Budget(BudgetLimits(**config.limits))
-    eval_options = EvalOptions(device=device, **config.eval_options)
-    backend = config.backend or backend_for(device)
-    prompts = PromptContext(reference_source=problem.source, problem_name=problem.name,
-                            backend=backend, device_desc=device_description(device))
-    extra = {"evaluator": evaluator} if evaluator else {}
-    search = Search(run_id=run_id, problem=problem, store=store, client=client, settings=settings,
-                    budget=budget, eval_options=eval_options, prompts=prompts,
-                    use_cache=config.use_cache, eval_workers=config.eval_workers,
-                    on_event=on_event, **extra)
+    pipeline = build_pipeline(store, run_id, config, problem, client, api_key, device, budget,
+                              on_event, evaluator)
     strategy = make_strategy(config.strategy, **config.strategy_options)
     started = time.monotonic()
     status, error = "finished", None
     try:
-        strategy.run(search)
+        search_loop(strategy, pipeline)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"
         budget.stop(error)
@@ -106,62 +158,95 @@ def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem:
         budget.stop(error)
         raise
     finally:
-        search.close()
-        if search.fatal is not None:
-            status, error = "failed", str(search.fatal)
-        summary = summarize(search, run_id, config, problem, out_dir, time.monotonic() - started,
-                            stop_reason=error or budget.stop_reason() or "strategy finished")
-        summary["status"] = status
-        store.set_run_status(run_id, status, summary, error)
-    return RunOutcome(run_id, summary, search.attempts)
+        pipeline.close()
+        if pipeline.fatal is not None:
+            status, error = "failed", str(pipeline.fatal)
+        summary = summarize(pipeline, run_id, config, problem, out_dir, time.monotonic() - started,
+                            stop_reason=error or budget.stop_reason() or "strategy finished", status=status)
+        store.set_run_status(run_id, status, summary.to_json(), error)
+    return RunOutcome(run_id, summary, pipeline.attempts)
 
 
-def summarize(search: Search, run_id: str, config: OptimizeConfig, problem: Problem,
-              out_dir: Path, wall_s: float, stop_reason: str) -> dict:
-    best = search.best()
-    best_info = None
-    if best is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "best.py"
-        path.write_text(best.code, encoding="utf-8")
-        r = best.result
-        best_info = {"status": r.status, "speedup": r.speedup, "path": str(path),
-                     "candidate_id": best.candidate_id, "attempt": best.index,
-                     "reference_ms": r.reference_ms, "candidate_ms": r.candidate_ms,
-                     "optimization_kinds": r.optimization_kinds, "flags": r.flags}
-    calls = search.store.calls(run_id)
+def build_pipeline(store: RunStore, run_id: str, config: OptimizeConfig, problem: Problem,
+                   client: LLMClient | None, api_key: str | None, device: str, budget: Budget,
+                   on_event, evaluator) -> AttemptPipeline:
+    eval_options = EvalOptions(device=device, **config.eval_options)
+    backend = config.backend or backend_for(device)
+    prompts = PromptContext(reference_source=problem.source, problem_name=problem.name,
+                            backend=backend, device_desc=device_description(device))
+    extra = {"evaluator": evaluator} if evaluator else {}
+    return AttemptPipeline(run_id=run_id, problem=problem, store=store, client=client,
+                           settings=config.llm_settings(api_key), budget=budget, eval_options=eval_options,
+                           prompts=prompts, use_cache=config.use_cache, eval_workers=config.eval_workers,
+                           on_event=on_event, **extra)
+
+
+def search_loop(strategy: Strategy, pipeline: AttemptPipeline) -> None:
+    """The search, round after round: the strategy names the asks of a round from the attempts
+    finished so far (None: it has nothing more to ask); each ask is started as soon as it is
+    built (the budget may refuse it); then the loop waits, for the whole round or, for a
+    strategy with a window, until one attempt finishes. A round that starts no attempt (the
+    budget refused all of it, or the strategy asked for none) ends the search; attempts still
+    in flight finish before this returns."""
+    in_flight: set[Future] = set()
+    progress = Progress()
+    while (asks := strategy.next_round(pipeline, progress)) is not None:
+        started = refused = 0
+        for ask in asks:
+            future = pipeline.attempt(ask.messages, parent=ask.parent, data=ask.data)
+            if future is None:
+                refused += 1
+            else:
+                started += 1
+                in_flight.add(future)
+        if not started:
+            break
+        if strategy.window is None:
+            wait(in_flight)
+            in_flight = set()
+        else:
+            _, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+        progress = Progress(round=progress.round + 1, refused=refused, in_flight=len(in_flight))
+    wait(in_flight)
+
+
+def summarize(pipeline: AttemptPipeline, run_id: str, config: OptimizeConfig, problem: Problem,
+              out_dir: Path, wall_s: float, stop_reason: str, status: str) -> RunSummary:
+    """The run's summary; the best candidate's code is written to OUT/best.py."""
+    calls = pipeline.store.calls(run_id)
     statuses: dict[str, int] = {}
-    for a in search.attempts:
+    for a in pipeline.attempts:
         statuses[a.status] = statuses.get(a.status, 0) + 1
-    return {
-        "run_id": run_id,
-        "problem": problem.name,
-        "model": config.model,
-        "strategy": config.strategy,
-        "best": best_info,
-        "llm_calls": len(calls),
-        "llm_calls_failed": sum(1 for c in calls if c["error"]),
-        "candidates": sum(1 for a in search.attempts if a.code is not None),
-        "evaluations": len(search.store.evaluations(run_id)),
-        "attempts": len(search.attempts),
-        "statuses": statuses,
-        "tokens": {"prompt": sum(c["prompt_tokens"] or 0 for c in calls),
-                   "completion": sum(c["completion_tokens"] or 0 for c in calls)},
-        "cost": round(sum(c["cost"] or 0.0 for c in calls), 6),
-        "stop_reason": stop_reason,
-        "wall_s": round(wall_s, 2),
-        "store": str(search.store.path),
-        "out": str(out_dir),
-    }
+    return RunSummary(
+        run_id=run_id,
+        problem=problem.name,
+        model=config.model,
+        strategy=config.strategy,
+        best=write_best(pipeline.best(), out_dir),
+        llm_calls=len(calls),
+        llm_calls_failed=sum(1 for c in calls if c["error"]),
+        candidates=sum(1 for a in pipeline.attempts if a.code is not None),
+        evaluations=len(pipeline.store.evaluations(run_id)),
+        attempts=len(pipeline.attempts),
+        statuses=statuses,
+        tokens=TokenCounts(prompt=sum(c["prompt_tokens"] or 0 for c in calls),
+                           completion=sum(c["completion_tokens"] or 0 for c in calls)),
+        cost=round(sum(c["cost"] or 0.0 for c in calls), 6),
+        stop_reason=stop_reason,
+        wall_s=round(wall_s, 2),
+        store=str(pipeline.store.path),
+        out=str(out_dir),
+        status=status,
+    )
 
 
-def bundled_candidates(problem_path: str) -> list[Path]:
-    """Candidates shipped for a bundled example: examples/candidates/<problem stem>/*.py."""
-    path = Path(problem_path).resolve()
-    folder = path.parent.parent / "candidates" / path.stem
-    return sorted(folder.glob("*.py")) if folder.is_dir() else []
-
-
-def save_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+def write_best(best: Attempt | None, out_dir: Path) -> BestCandidate | None:
+    if best is None:
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "best.py"
+    path.write_text(best.code, encoding="utf-8")
+    r = best.result
+    return BestCandidate(status=r.status, speedup=r.speedup, path=str(path), candidate_id=best.candidate_id,
+                         attempt=best.index, reference_ms=r.reference_ms, candidate_ms=r.candidate_ms,
+                         optimization_kinds=r.optimization_kinds, flags=r.flags)

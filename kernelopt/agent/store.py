@@ -117,7 +117,10 @@ def new_run_id() -> str:
 
 
 @dataclass
-class CallRecord:
+class LLMCallRecord:
+    """One LLM call of a run (a row of llm_calls, or an answer from the response cache);
+    `source`: "run" (this run's finished call), "cache" or "endpoint"."""
+
     id: int
     content: str | None
     reasoning: str | None
@@ -184,7 +187,7 @@ class RunStore:
 
     # LLM calls -------------------------------------------------------------------------------
 
-    def find_call(self, run_id: str, key: str, occurrence: int) -> CallRecord | None:
+    def find_call(self, run_id: str, key: str, occurrence: int) -> LLMCallRecord | None:
         """The finished (successful) call of this run with this key and occurrence, if any."""
         rows = self._read(
             "SELECT * FROM llm_calls WHERE run_id=? AND request_key=? AND occurrence=? AND error IS NULL"
@@ -209,12 +212,12 @@ class RunStore:
 
     # the cross-run response cache --------------------------------------------------------------
 
-    def cached_answer(self, key: str, occurrence: int) -> CallRecord | None:
+    def cached_answer(self, key: str, occurrence: int) -> LLMCallRecord | None:
         rows = self._read("SELECT * FROM llm_cache WHERE request_key=? AND occurrence=?", (key, occurrence))
         if not rows:
             return None
         r = rows[0]
-        return CallRecord(id=0, content=r["content"], reasoning=r["reasoning"],
+        return LLMCallRecord(id=0, content=r["content"], reasoning=r["reasoning"],
                           prompt_tokens=r["prompt_tokens"], completion_tokens=r["completion_tokens"],
                           latency_s=None, cost=None, source="cache", error=None)
 
@@ -289,7 +292,7 @@ def _candidate_dict(row: sqlite3.Row) -> dict:
     return candidate
 
 
-def _call_record(row: sqlite3.Row) -> CallRecord:
-    return CallRecord(id=row["id"], content=row["content"], reasoning=row["reasoning"],
+def _call_record(row: sqlite3.Row) -> LLMCallRecord:
+    return LLMCallRecord(id=row["id"], content=row["content"], reasoning=row["reasoning"],
                       prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
                       latency_s=row["latency_s"], cost=row["cost"], source="run", error=row["error"])

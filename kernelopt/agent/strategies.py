@@ -1,7 +1,11 @@
-"""Search strategies: how to spend the budget on prompts. One interface, `run(search)`.
+"""Search strategies: how to spend the budget on prompts, and the `STRATEGIES` registry.
 
-Every strategy decides only from finished batches of attempts and a seeded RNG, so a resumed run
-replays the same decisions (see engine.py). Within a batch, LLM calls overlap with evaluations.
+A strategy has no loop of its own. The search loop (search.py, `search_loop`) asks it for one
+round at a time: `next_round(pipeline, progress)` gives the asks to start now (an iterable,
+consumed in order, each ask started as soon as it is built), or None when it has nothing more to
+ask. The loop then waits for the whole round, or, for a strategy with a `window`, until one of
+its attempts finishes. Every strategy decides only from finished attempts and a seeded RNG, so a
+resumed run replays the same decisions (see attempt.py).
 
 - best-of-n: independent samples of the first prompt, `window` in flight at a time.
 - refine: one attempt at a time, each prompt carrying the last verdict and the history.
@@ -12,43 +16,70 @@ replays the same decisions (see engine.py). Within a batch, LLM calls overlap wi
   and sees exemplars sampled across score buckets (CUDA-L1's contrastive prompts).
 - samples: `samples` independent chains, each a first attempt refined `turns` more times with
   its own feedback only (for datasets: `kernelopt generate`); the chains advance in lockstep.
+
+This module imports nothing heavy (the attempt pipeline only for type checking), so the command
+line takes the `--strategy` choices from `STRATEGIES` without loading torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from concurrent.futures import FIRST_COMPLETED, wait
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from kernelopt.agent.attempt import Attempt, Search
+if TYPE_CHECKING:
+    from kernelopt.agent.attempt import Attempt, AttemptPipeline
 
 HISTORY_LIMIT = 12
 SCORE_BUCKETS = (0.0, 1.0, 1.5)   # failed | slower than the reference | up to 1.5x | beyond
 
 
+@dataclass
+class Ask:
+    """One attempt a strategy wants started: its prompt, the attempt it builds on, and the
+    strategy's own data (stored with the candidate: depth, generation, sample, turn, ...)."""
+
+    messages: list[dict]
+    parent: Attempt | None = None
+    data: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the search loop tells a strategy before each round."""
+
+    round: int = 0       # 0 for the first round
+    refused: int = 0     # asks of the previous round the budget refused
+    in_flight: int = 0   # attempts still running (only a strategy with a window has any)
+
+
 class Strategy(Protocol):
     name: str
+    # None: the loop waits for each round to finish. n: the loop keeps up to n attempts in
+    # flight and asks for the next round as soon as one of them finishes.
+    window: int | None
 
-    def run(self, search: Search) -> None: ...
+    def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None: ...
 
 
-def first_messages(search: Search) -> list[dict]:
-    return search.prompts.messages("first_attempt.j2")
+def first_messages(pipeline: AttemptPipeline) -> list[dict]:
+    return pipeline.prompts.messages("first_attempt.j2")
 
 
-def refine_messages(search: Search, last: Attempt, history: list[Attempt],
+def refine_messages(pipeline: AttemptPipeline, last: Attempt, history: list[Attempt],
                     diagnosis: str | None = None, best: Attempt | None = None) -> list[dict]:
     """`best`: the version shown as the best so far (default: the run's best)."""
-    best = best or search.best()
+    best = best or pipeline.best()
     shown_best = best.view() if best is not None and best is not last else None
-    return search.prompts.messages(
+    return pipeline.prompts.messages(
         "refine.j2", last=last.view(), best=shown_best, diagnosis=diagnosis,
         history=[a.view() for a in history[-HISTORY_LIMIT:]])
 
 
-def diagnose(search: Search, attempt: Attempt, enabled: bool) -> str | None:
-    return search.critique(attempt) if enabled and attempt.status != "llm_error" else None
+def diagnose(pipeline: AttemptPipeline, attempt: Attempt, enabled: bool) -> str | None:
+    return pipeline.critique(attempt) if enabled and attempt.status != "llm_error" else None
 
 
 @dataclass
@@ -56,38 +87,32 @@ class BestOfN:
     window: int = 4
     name: str = "best-of-n"
 
-    def run(self, search: Search) -> None:
-        messages = first_messages(search)
-        in_flight = set()
-        while True:
-            while len(in_flight) < self.window:
-                future = search.attempt(messages, data={"sample": len(search.attempts)})
-                if future is None:
-                    search.wait(list(in_flight))
-                    return
-                in_flight.add(future)
-            finished, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+    def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
+        if progress.refused:   # the budget is spent: let what is in flight finish
+            return None
+        return self._samples(pipeline, self.window - progress.in_flight)
+
+    def _samples(self, pipeline: AttemptPipeline, count: int) -> Iterator[Ask]:
+        for _ in range(count):
+            # read as each ask is started: the sample's number is its attempt's position
+            yield Ask(first_messages(pipeline), data={"sample": len(pipeline.attempts)})
 
 
 @dataclass
 class Refine:
     critique: bool = False
     name: str = "refine"
+    window: ClassVar[None] = None
 
-    def run(self, search: Search) -> None:
-        turn = 0
-        future = search.attempt(first_messages(search), data={"turn": turn})
-        while future is not None:
-            future.result()
-            turn += 1
-            responded = search.judged()
-            if not responded:   # nothing came back yet (failed calls): start over
-                future = search.attempt(first_messages(search), data={"turn": turn})
-                continue
-            last = responded[-1]
-            diagnosis = diagnose(search, last, self.critique)
-            messages = refine_messages(search, last, responded[:-1], diagnosis)
-            future = search.attempt(messages, parent=last, data={"turn": turn})
+    def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
+        turn = progress.round
+        responded = pipeline.judged()
+        if not responded:   # nothing came back yet (failed calls): start over
+            return iter([Ask(first_messages(pipeline), data={"turn": turn})])
+        last = responded[-1]
+        diagnosis = diagnose(pipeline, last, self.critique)
+        messages = refine_messages(pipeline, last, responded[:-1], diagnosis)
+        return iter([Ask(messages, parent=last, data={"turn": turn})])
 
 
 @dataclass
@@ -97,27 +122,33 @@ class Tree:
     beam: int = 1
     critique: bool = False
     name: str = "tree"
+    window: ClassVar[None] = None
+    # The nodes chosen for expansion so far (never chosen twice, even when the budget refused
+    # their children). Per-run state: make_strategy builds a fresh Tree for every run, and a
+    # resumed run rebuilds it by replaying the same rounds.
+    _expanded: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 
-    def run(self, search: Search) -> None:
-        roots = [search.attempt(first_messages(search), data={"depth": 1}) for _ in range(self.width)]
-        search.wait(roots)
-        expanded: set[int] = set()
-        while not search.stop_reason():
-            frontier = [a for a in search.judged()
-                        if a.data.get("depth", 1) < self.depth and a.index not in expanded]
-            if not frontier:
-                return
-            values = subtree_values(search.attempts)
-            chosen = sorted(frontier, key=lambda a: (-values[a.index], -a.score, a.index))[:self.beam]
-            batch = []
-            for node in chosen:
-                expanded.add(node.index)
-                diagnosis = diagnose(search, node, self.critique)
-                messages = refine_messages(search, node, ancestors(node), diagnosis)
-                depth = node.data.get("depth", 1) + 1
-                batch += [search.attempt(messages, parent=node, data={"depth": depth})
-                          for _ in range(self.width)]
-            search.wait(batch)
+    def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
+        if progress.round == 0:
+            return (Ask(first_messages(pipeline), data={"depth": 1}) for _ in range(self.width))
+        if pipeline.stop_reason():
+            return None
+        frontier = [a for a in pipeline.judged()
+                    if a.data.get("depth", 1) < self.depth and a.index not in self._expanded]
+        if not frontier:
+            return None
+        values = subtree_values(pipeline.attempts)
+        chosen = sorted(frontier, key=lambda a: (-values[a.index], -a.score, a.index))[:self.beam]
+        return self._children(pipeline, chosen)
+
+    def _children(self, pipeline: AttemptPipeline, chosen: list[Attempt]) -> Iterator[Ask]:
+        for node in chosen:
+            self._expanded.add(node.index)
+            diagnosis = diagnose(pipeline, node, self.critique)
+            messages = refine_messages(pipeline, node, ancestors(node), diagnosis)
+            depth = node.data.get("depth", 1) + 1
+            for _ in range(self.width):
+                yield Ask(messages, parent=node, data={"depth": depth})
 
 
 def subtree_values(attempts: list[Attempt]) -> dict[int, float]:
@@ -145,35 +176,35 @@ class Evolve:
     seed: int = 0
     critique: bool = False
     name: str = "evolve"
+    window: ClassVar[None] = None
 
-    def run(self, search: Search) -> None:
-        search.wait([search.attempt(first_messages(search), data={"generation": 0})
-                     for _ in range(self.population)])
-        generation = 1
-        while not search.stop_reason():
-            rng = random.Random(f"{self.seed}:{generation}")
-            archive = [a for a in search.judged() if a.code]
-            if not archive:   # nothing to evolve from yet: sample afresh
-                batch = [search.attempt(first_messages(search), data={"generation": generation})
-                         for _ in range(self.population)]
-            else:
-                batch = [self._child(search, rng, archive, generation) for _ in range(self.population)]
-            if not any(batch):
-                return
-            search.wait(batch)
-            generation += 1
+    def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
+        generation = progress.round
+        if generation == 0:
+            return self._fresh(pipeline, generation)
+        if pipeline.stop_reason():
+            return None
+        archive = [a for a in pipeline.judged() if a.code]
+        if not archive:   # nothing to evolve from yet: sample afresh
+            return self._fresh(pipeline, generation)
+        rng = random.Random(f"{self.seed}:{generation}")
+        return (self._child(pipeline, rng, archive, generation) for _ in range(self.population))
 
-    def _child(self, search: Search, rng: random.Random, archive: list[Attempt], generation: int):
+    def _fresh(self, pipeline: AttemptPipeline, generation: int) -> Iterator[Ask]:
+        return (Ask(first_messages(pipeline), data={"generation": generation}) for _ in range(self.population))
+
+    def _child(self, pipeline: AttemptPipeline, rng: random.Random, archive: list[Attempt],
+               generation: int) -> Ask:
         parent = max(rng.sample(archive, min(self.tournament, len(archive))),
                      key=lambda a: (a.score, -a.index))
         others = [a for a in archive if a is not parent]
         exemplars = sample_across_buckets(rng, others, self.exemplars)
-        diagnosis = diagnose(search, parent, self.critique)
-        messages = search.prompts.messages(
+        diagnosis = diagnose(pipeline, parent, self.critique)
+        messages = pipeline.prompts.messages(
             "contrastive.j2", parent=parent.view(), diagnosis=diagnosis,
             exemplars=[e.view() for e in sorted(exemplars, key=lambda a: (a.score, a.index))])
-        return search.attempt(messages, parent=parent,
-                              data={"generation": generation, "exemplars": [e.index for e in exemplars]})
+        return Ask(messages, parent=parent,
+                   data={"generation": generation, "exemplars": [e.index for e in exemplars]})
 
 
 @dataclass
@@ -186,28 +217,26 @@ class Samples:
     turns: int = 0
     critique: bool = False
     name: str = "samples"
+    window: ClassVar[None] = None
 
-    def run(self, search: Search) -> None:
-        chains: list[list[Attempt]] = [[] for _ in range(self.samples)]
-        for turn in range(self.turns + 1):
-            futures = [self._next(search, chain, sample, turn) for sample, chain in enumerate(chains)]
-            for chain, attempt in zip(chains, [f.result() if f else None for f in futures]):
-                if attempt is not None:
-                    chain.append(attempt)
-            if not any(futures):
-                return
+    def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
+        turn = progress.round
+        if turn > self.turns:
+            return None
+        return (self._next(pipeline, sample, turn) for sample in range(self.samples))
 
-    def _next(self, search: Search, chain: list[Attempt], sample: int, turn: int):
+    def _next(self, pipeline: AttemptPipeline, sample: int, turn: int) -> Ask:
         data = {"sample": sample, "turn": turn}
+        chain = [a for a in pipeline.attempts if a.data.get("sample") == sample]
         answered = [a for a in chain if a.status not in ("llm_error", "not_evaluated")]
         if not answered:   # nothing came back in this chain yet: a fresh first attempt
-            return search.attempt(first_messages(search), data=data)
+            return Ask(first_messages(pipeline), data=data)
         last = answered[-1]
         correct = [a for a in answered if a.correct]
         best = max(correct, key=lambda a: (a.score, -a.index)) if correct else None
-        diagnosis = diagnose(search, last, self.critique)
-        messages = refine_messages(search, last, answered[:-1], diagnosis, best=best or last)
-        return search.attempt(messages, parent=last, data=data)
+        diagnosis = diagnose(pipeline, last, self.critique)
+        messages = refine_messages(pipeline, last, answered[:-1], diagnosis, best=best or last)
+        return Ask(messages, parent=last, data=data)
 
 
 def score_bucket(score: float) -> int:
@@ -228,20 +257,23 @@ def sample_across_buckets(rng: random.Random, attempts: list[Attempt], count: in
     return picked
 
 
-STRATEGIES = ("best-of-n", "refine", "tree", "evolve", "samples")
+# The registry: a strategy's name (its `--strategy` choice, stored with each run) -> its class.
+# A new strategy is a class with `name`, `window` and `next_round`, added here.
+STRATEGIES: dict[str, type[Strategy]] = {
+    "best-of-n": BestOfN,
+    "refine": Refine,
+    "tree": Tree,
+    "evolve": Evolve,
+    "samples": Samples,
+}
 
 
-def make_strategy(name: str, *, window: int = 4, width: int = 2, depth: int = 4, beam: int = 1,
-                  population: int = 4, exemplars: int = 3, seed: int = 0, samples: int = 4,
-                  turns: int = 0, critique: bool = False) -> Strategy:
-    if name == "best-of-n":
-        return BestOfN(window=window)
-    if name == "refine":
-        return Refine(critique=critique)
-    if name == "tree":
-        return Tree(width=width, depth=depth, beam=beam, critique=critique)
-    if name == "evolve":
-        return Evolve(population=population, exemplars=exemplars, seed=seed, critique=critique)
-    if name == "samples":
-        return Samples(samples=samples, turns=turns, critique=critique)
-    raise ValueError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
+def make_strategy(name: str, **options) -> Strategy:
+    """A fresh strategy for one run. `options`: the run's strategy options (window, width, depth,
+    beam, population, exemplars, seed, samples, turns, critique); each strategy takes the ones it
+    has, and its own defaults stand for the rest."""
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
+    cls = STRATEGIES[name]
+    settable = {f.name for f in dataclasses.fields(cls) if f.init and f.name != "name"}
+    return cls(**{key: value for key, value in options.items() if key in settable})

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.agent.llm import LLMClient
-from kernelopt.agent.search import OptimizeConfig, run_search, save_json, start_run, stored_problem
+from kernelopt.agent.search import OptimizeConfig, RunSummary, run_search, start_run, stored_problem
 from kernelopt.agent.store import RunStore, StoreError
 from kernelopt.bench.runner import Progress, ResultLog, check_health_once, run_on_devices, write_summary
 from kernelopt.bench.summary import summarize_results
@@ -69,8 +69,8 @@ class SetJob:
     log_name: str                  # the records' file in OUT
     # A run's own fields for its record: (store, run_id, run summary) -> fields; the summary is
     # None when the run raised, and both are None for a problem that got no run.
-    fields: Callable[[RunStore, str | None, dict | None], dict]
-    status: Callable[[dict], str]  # a finished run's summary -> its record's status
+    fields: Callable[[RunStore, str | None, RunSummary | None], dict]
+    status: Callable[[RunSummary], str]  # a finished run's summary -> its record's status
     report: Callable[[str], None]
 
 
@@ -176,10 +176,10 @@ def _run(job: SetJob, key: str, problem: Problem, searched: Problem, config: Opt
         return {**base, **job.fields(job.store, run_id, None), "status": RUN_FAILED,
                 "error": f"{type(exc).__name__}: {exc}"}
     summary = outcome.summary
-    save_json(out_dir / "summary.json", summary)
+    summary.write(out_dir / "summary.json")
     record = {**base, **job.fields(job.store, run_id, summary), "status": job.status(summary)}
-    if summary["status"] != "finished":   # stopped on an error (a key revoked, a broken sandbox)
-        record.update(status=RUN_FAILED, error=summary["stop_reason"])
+    if summary.status != "finished":   # stopped on an error (a key revoked, a broken sandbox)
+        record.update(status=RUN_FAILED, error=summary.stop_reason)
     return record
 
 
@@ -298,22 +298,22 @@ def bench_agent(problem_set: ProblemSet, template: OptimizeConfig, store: RunSto
     return write_summary(out, summary, "agent", problem_set)
 
 
-def agent_fields(store: RunStore, run_id: str | None, summary: dict | None) -> dict:
+def agent_fields(store: RunStore, run_id: str | None, summary: RunSummary | None) -> dict:
     """The record of a problem the agent worked on (the contract with `kernelopt report`)."""
-    best = (summary or {}).get("best")
+    best = summary.best if summary else None
     calls = store.calls(run_id) if run_id else []
-    return {"correct": best is not None, "speedup": best["speedup"] if best else None,
-            "llm_calls": len(calls), "optimization_kinds": best["optimization_kinds"] if best else [],
-            "flags": best["flags"] if best else [], "wall_s": (summary or {}).get("wall_s", 0.0),
+    return {"correct": best is not None, "speedup": best.speedup if best else None,
+            "llm_calls": len(calls), "optimization_kinds": list(best.optimization_kinds) if best else [],
+            "flags": list(best.flags) if best else [], "wall_s": summary.wall_s if summary else 0.0,
             "cost": round(sum(c["cost"] or 0.0 for c in calls), 6),
             "best_by_call": best_by_call(store, run_id) if run_id else []}
 
 
-def agent_status(summary: dict) -> str:
+def agent_status(summary: RunSummary) -> str:
     """"correct" when the run found a correct candidate, else the verdict that got furthest."""
-    if summary["best"]:
+    if summary.best:
         return "correct"
-    return next((s for s in FURTHEST_FIRST if summary["statuses"].get(s)), "no_attempts")
+    return next((s for s in FURTHEST_FIRST if summary.statuses.get(s)), "no_attempts")
 
 
 def best_by_call(store: RunStore, run_id: str) -> list[list]:

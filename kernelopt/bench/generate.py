@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from kernelopt.agent.search import OptimizeConfig
+from kernelopt.agent.search import OptimizeConfig, RunSummary
 from kernelopt.agent.store import RunStore
 from kernelopt.bench.agent_runs import SetJob, run_over_set
 from kernelopt.kernelbench import ProblemSet
@@ -52,7 +52,7 @@ def generate(problem_set: ProblemSet, template: OptimizeConfig, store: RunStore,
             "model": template.model, "results": str(log.path), "store": str(store.path)}
 
 
-def generate_fields(store: RunStore, run_id: str | None, summary: dict | None) -> dict:
+def generate_fields(store: RunStore, run_id: str | None, summary: RunSummary | None) -> dict:
     """A problem's line: its candidates counted by verdict (format_error: no program in the
     answer), failed LLM calls, and the best correct candidate."""
     candidates = store.candidates(run_id) if run_id else []

@@ -52,7 +52,7 @@ def add_command(commands) -> None:
 
 
 def run_optimize(args) -> int:
-    from kernelopt.agent.search import OptimizeConfig, run_search, save_json, start_run, stored_problem
+    from kernelopt.agent.search import OptimizeConfig, run_search, start_run, stored_problem
     from kernelopt.agent.store import StoreError
     from kernelopt.kernelbench import ProblemError, load_problem
     from kernelopt.sandbox.process import SandboxError
@@ -93,13 +93,13 @@ def run_optimize(args) -> int:
                              api_key=api_key, device=device, out_dir=out_dir, on_event=printer)
     except SandboxError as exc:
         raise EnvironmentFailure(str(exc)) from exc
-    summary = outcome.summary
-    save_json(out_dir / "summary.json", summary)
+    outcome.summary.write(out_dir / "summary.json")
+    summary = outcome.summary.to_json()
     if args.json:
         print(json.dumps(summary))
     else:
         print(summary_text(summary))
-    return EXIT_OK if summary["status"] == "finished" else EXIT_RUN_FAILED
+    return EXIT_OK if outcome.summary.status == "finished" else EXIT_RUN_FAILED
 
 
 class ProgressPrinter:
@@ -129,13 +129,18 @@ class ProgressPrinter:
 
 def explain_missing_endpoint(args) -> int:
     """No endpoint: say how to configure one, and show the referee on bundled candidates."""
-    from kernelopt.agent.search import bundled_candidates
-
     status = missing_endpoint(f"optimize {args.problem}")
     candidates = bundled_candidates(args.problem)
     if candidates and not args.json:
         demo_referee(args, candidates)
     return status
+
+
+def bundled_candidates(problem_path: str) -> list[Path]:
+    """Candidates shipped for a bundled example: examples/candidates/<problem stem>/*.py."""
+    path = Path(problem_path).resolve()
+    folder = path.parent.parent / "candidates" / path.stem
+    return sorted(folder.glob("*.py")) if folder.is_dir() else []
 
 
 def demo_referee(args, candidates: list[Path]) -> None:
