@@ -7,7 +7,7 @@
   extraction, evaluation, records).
 - llm.py: the OpenAI-compatible client; budget.py: the run's limits; prompting.py: the
   templates (kernelopt/prompts) into messages and verdicts into feedback.
-- store.py: the SQLite run store; records.py: its candidates as attempt
+- store.py: the SQLite run store (`RunStore.open`); records.py: its candidates as attempt
   records for the export formats (kernelopt/rewards/export.py).
 
 Depends on kernelopt.sandbox and kernelopt.kernelbench. Problem-set runs and reports are

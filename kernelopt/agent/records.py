@@ -19,9 +19,8 @@ Ids from different problem sets can collide ("1/4" of two sets), so each record 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from kernelopt.agent.store import RunStore, StoreError
+from kernelopt.agent.store import RunStore
 from kernelopt.kernelbench import ProblemError, problem_from_source
 
 
@@ -79,11 +78,3 @@ def attempt_record(run: dict, problem: dict, candidate: dict) -> dict:
         "format_error": candidate["format_error"],
         "verdict": json.loads(candidate["result"]) if candidate["result"] else None,
     }
-
-
-def open_existing_store(path: str | Path) -> RunStore:
-    """The store at `path`; StoreError when there is none (opening would create an empty one)."""
-    path = Path(path)
-    if not path.is_file():
-        raise StoreError(f"no run store at {path} (give --store PATH, or set KERNELOPT_STORE)")
-    return RunStore(path)

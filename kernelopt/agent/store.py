@@ -133,7 +133,18 @@ class LLMCallRecord:
 
 
 class RunStore:
-    """Thread-safe: one connection, one lock, one transaction per write."""
+    """Thread-safe: one connection, one lock, one transaction per write. Open one with
+    `RunStore.open`, the one way every caller opens the store."""
+
+    @classmethod
+    def open(cls, path: str | Path | None = None, *, existing: bool = False) -> RunStore:
+        """The store at `path`, by default $KERNELOPT_STORE or kernelopt-runs/store.sqlite. A new
+        store is created there unless `existing` (readers: opening would create an empty one);
+        StoreError when it cannot be opened or, with `existing`, is not there."""
+        path = Path(path) if path else default_store_path()
+        if existing and not path.is_file():
+            raise StoreError(f"no run store at {path} (give --store PATH, or set KERNELOPT_STORE)")
+        return cls(path)
 
     def __init__(self, path: str | Path):
         self.path = Path(path)

@@ -32,15 +32,6 @@ No LLM endpoint is configured, so nothing will be optimized. Configure one:
 """
 
 
-def open_store(path: str | None):
-    from kernelopt.agent.store import RunStore, StoreError, default_store_path
-
-    try:
-        return RunStore(path or default_store_path())
-    except StoreError as exc:
-        raise UsageError(str(exc)) from exc
-
-
 def configured_endpoint(args) -> str | None:
     """The endpoint's URL, or None when neither a URL nor an API key is configured anywhere."""
     from kernelopt.agent.llm import resolve_endpoint
@@ -134,6 +125,7 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
     """What a pass of the agent over a set needs, checked before any work: (problem set, settings,
     store, OUT, devices, API key); None when no endpoint is configured (how to configure one was
     printed). Shared by bench and generate."""
+    from kernelopt.agent.store import RunStore, StoreError
     from kernelopt.bench.agent_runs import recorded_store
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.sandbox import EvalOptions
@@ -154,7 +146,10 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
         raise UsageError(f"invalid option: {exc}") from exc
     _, api_key = checked_client(config)
     out = Path(args.out) if args.out else Path(out_root) / default_out_name(args.kernelbench, config)
-    store = open_store(args.store or recorded_store(out))
+    try:
+        store = RunStore.open(args.store or recorded_store(out))
+    except StoreError as exc:
+        raise UsageError(str(exc)) from exc
     return problem_set, config, store, out, devices, api_key
 
 

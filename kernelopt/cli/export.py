@@ -38,8 +38,8 @@ def add_command(commands) -> None:
 
 
 def run_export(args) -> int:
-    from kernelopt.agent.records import load_records, open_existing_store
-    from kernelopt.agent.store import StoreError, default_store_path
+    from kernelopt.agent.records import load_records
+    from kernelopt.agent.store import RunStore, StoreError
     from kernelopt.rewards import RewardError, make_reward
     from kernelopt.rewards.export import ExportError, check_gamma, export_records, get_format
 
@@ -47,7 +47,7 @@ def run_export(args) -> int:
         get_format(args.format)
         reward = make_reward(args.reward)
         check_gamma(args.gamma)
-        store = open_existing_store(args.store or default_store_path())
+        store = RunStore.open(args.store, existing=True)
         try:
             runs, records = load_records(store, args.runs)
         finally:
@@ -57,7 +57,7 @@ def run_export(args) -> int:
         raise UsageError(str(exc)) from exc
     report = {"format": args.format, "out": str(args.out), "rows": rows, "runs": len(runs),
               "candidates": len(records), "reward": reward.spec, "gamma": args.gamma,
-              "store": str(args.store or default_store_path())}
+              "store": str(store.path)}
     print(f"exported {rows} {args.format} rows from {len(records)} candidates of {len(runs)} runs "
           f"to {args.out} (reward {reward.spec})", file=sys.stderr)
     if args.json:

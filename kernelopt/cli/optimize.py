@@ -17,7 +17,6 @@ from kernelopt.cli.agent_setup import (
     configured_endpoint,
     missing_endpoint,
     new_config,
-    open_store,
 )
 from kernelopt.cli.errors import EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
 from kernelopt.cli.options import (
@@ -53,13 +52,13 @@ def add_command(commands) -> None:
 
 def run_optimize(args) -> int:
     from kernelopt.agent.search import OptimizeConfig, run_search, start_run, stored_problem
-    from kernelopt.agent.store import StoreError
+    from kernelopt.agent.store import RunStore, StoreError
     from kernelopt.kernelbench import ProblemError, load_problem
     from kernelopt.sandbox.process import SandboxError
     from kernelopt.sandbox.referee import resolve_device
 
-    store = open_store(args.store)
     try:
+        store = RunStore.open(args.store)
         if args.resume:
             run = store.run(args.resume)
             config = OptimizeConfig.from_json(run["config"])

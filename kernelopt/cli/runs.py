@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from kernelopt.cli.agent_setup import open_store
 from kernelopt.cli.errors import EXIT_OK, UsageError
 from kernelopt.cli.text import first_line, summary_text
 
@@ -23,7 +22,12 @@ def add_command(commands) -> None:
 
 
 def run_runs_list(args) -> int:
-    store = open_store(args.store)
+    from kernelopt.agent.store import RunStore, StoreError
+
+    try:
+        store = RunStore.open(args.store)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from exc
     runs = [run_row(r) for r in store.runs()]
     if args.json:
         print(json.dumps({"store": str(store.path), "runs": runs}))
@@ -46,10 +50,10 @@ def run_row(run: dict) -> dict:
 
 
 def run_runs_show(args) -> int:
-    from kernelopt.agent.store import StoreError
+    from kernelopt.agent.store import RunStore, StoreError
 
-    store = open_store(args.store)
     try:
+        store = RunStore.open(args.store)
         run = store.run(args.run_id)
     except StoreError as exc:
         raise UsageError(str(exc)) from exc
