@@ -17,6 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
+from kernelopt.agent.strategies import STRATEGIES
 from kernelopt.sandbox.results import EvalOptions
 
 
@@ -148,9 +149,8 @@ def add_endpoint_options(p) -> None:
 
 
 def add_strategy_options(p) -> None:
-    from kernelopt.agent.strategies import STRATEGIES
-
-    p.add_argument("--strategy", choices=STRATEGIES, default="refine", help="search strategy (default refine)")
+    # The registry's own names: strategies.py imports nothing heavy, so this costs no torch.
+    p.add_argument("--strategy", choices=tuple(STRATEGIES), default="refine", help="search strategy (default refine)")
     search = p.add_argument_group("strategy options")
     search.add_argument("--window", type=int, default=None, help="best-of-n: samples in flight (default 4)")
     search.add_argument("--width", type=int, default=None, help="tree: children per expansion (default 2)")
