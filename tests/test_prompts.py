@@ -335,13 +335,13 @@ def test_feedback_shows_at_most_three_failed_trials():
 def test_feedback_for_a_correct_result_shows_timing():
     result = EvalResult(status="correct", correct=True, speedup=2.5, reference_ms=1.25, candidate_ms=0.5,
                         compile_log="lots of compiler chatter", candidate_output="noise",
-                        optimization_kinds=["custom_kernel", "fusion"], flags=["precision"])
+                        optimization_kinds=["custom_kernel", "fusion"], flags=["reduced_precision"])
     text = feedback_text(result)
     lines = text.splitlines()
     assert lines[0] == "verdict: correct"
     assert "timing: reference 1.25 ms, candidate 0.5 ms, speedup 2.500x" in lines
     assert "optimization kind: custom_kernel, fusion" in lines
-    assert "flags: precision" in lines
+    assert "flags: reduced_precision" in lines
     # the log and the output of a correct candidate are not shown
     assert "compiler chatter" not in text
     assert "noise" not in text

@@ -1,7 +1,7 @@
 """Training data from scored attempts: the export formats, one pure function each, and writers.
 
 Input is a list of *attempt records*, plain dicts, one per LLM answer that became a candidate or
-a format error. The agent reads them from its run store (kernelopt/agent/export.py); anything
+a format error. The agent reads them from its run store (kernelopt/agent/records.py); anything
 else that can produce these keys can use the formats too:
 
     run_id, candidate_id     the candidate's identity (ids are unique within a run)
