@@ -1,6 +1,6 @@
 # problem: 1_ReLU
 # expect-status: timeout
-# timeout: 30
+# timeout: 12
 # family: hangs
 # why: ignores SIGTERM, SIGINT, SIGHUP, SIGALRM, SIGUSR1/2 and SIGXCPU, then spins in forward;
 #   only SIGKILL (or killing the whole namespace / cgroup) stops it

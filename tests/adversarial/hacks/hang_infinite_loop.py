@@ -1,6 +1,6 @@
 # problem: 1_ReLU
 # expect-status: timeout
-# timeout: 30
+# timeout: 12
 # family: hangs
 # why: an infinite pure-Python loop in forward
 import torch

@@ -1,6 +1,6 @@
 # problem: 1_ReLU
 # expect-status: timeout
-# timeout: 30
+# timeout: 12
 # family: hangs
 # why: catastrophic regex backtracking runs in C while holding the GIL, so watchdog threads
 #   and Python-level signal handlers inside the worker never get to run
