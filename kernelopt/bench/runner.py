@@ -57,7 +57,9 @@ class ResultLog:
 @dataclass
 class Progress:
     """One line per finished item (a solution judged, a problem optimized) with an ETA from the
-    items finished in this run, `parallel` of them at a time. Thread-safe."""
+    items finished in this run, `parallel` of them at a time; a `report` that also has
+    `update(done, total, eta)` (kernelopt.cli.console.ConsoleProgress) gets the counts for a
+    bar. Thread-safe."""
 
     total: int
     report: Callable[[str], None]
@@ -78,8 +80,11 @@ class Progress:
             remaining = (self.total - self.done) * per_item / max(1, self.parallel)
             speedup = f" {record['speedup']:.2f}x" if record.get("speedup") else ""
             reused = " (from an earlier run)" if seconds is None else ""
-            self.report(f"[{self.done}/{self.total}] {what}: {record['status']}{speedup}{note}{reused}  "
-                        f"ETA {_duration(remaining)}")
+            eta = _duration(remaining)
+            self.report(f"[{self.done}/{self.total}] {what}: {record['status']}{speedup}{note}{reused}  ETA {eta}")
+            update = getattr(self.report, "update", None)  # a progress bar, where the CLI gave one
+            if update is not None:
+                update(self.done, self.total, eta)
 
 
 def run_on_devices(items: list, devices: list[str], work: Callable[[object, str], None]) -> None:

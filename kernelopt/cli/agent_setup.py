@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from kernelopt.cli.console import ConsoleProgress
 from kernelopt.cli.errors import EXIT_BAD_INPUT, EnvironmentFailure, UsageError
 from kernelopt.cli.options import run_eval_settings
 from kernelopt.cli.selection import devices_from, problem_set_from
@@ -164,7 +165,8 @@ def run_set(driver, problem_set, config, store, out, devices, api_key) -> dict:
              f"({config.strategy}, {budget} LLM calls each) on {', '.join(devices)}; records in {out}, "
              f"runs in {store.path}")
     try:
-        return driver(problem_set, config, store, out, devices, api_key, progress)
+        with ConsoleProgress("problems") as report:
+            return driver(problem_set, config, store, out, devices, api_key, report)
     except (SetRunError, IsolationError) as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:

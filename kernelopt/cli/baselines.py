@@ -4,7 +4,6 @@ referee and stored for reuse (see kernelopt/bench/baselines.py)."""
 from __future__ import annotations
 
 import json
-import sys
 
 from kernelopt.cli.errors import EXIT_OK, EnvironmentFailure, UsageError
 from kernelopt.cli.options import add_field_option, add_problem_set_options
@@ -31,6 +30,7 @@ def add_command(commands) -> None:
 
 
 def run_baselines(args) -> int:
+    from kernelopt.cli.console import ConsoleProgress
     from kernelopt.bench.baselines import BaselineStore, default_names, measure_baselines
     from kernelopt.kernelbench import ProblemError, ProblemSetError
     from kernelopt.sandbox import EvalOptions
@@ -46,16 +46,18 @@ def run_baselines(args) -> int:
         raise UsageError(str(exc)) from exc
     store = BaselineStore(args.store)
     rows = []
-    for problem in problem_set:
-        try:
-            measured = measure_baselines(problem, names, options, device, store,
-                                         report=lambda line: print(line, file=sys.stderr, flush=True))
-        except ProblemError as exc:
-            measured = {name: {"status": "problem_error", "message": str(exc)} for name in names}
-        except SandboxError as exc:
-            raise EnvironmentFailure(str(exc)) from exc
-        rows.append({"level": problem.level, "problem_id": problem.problem_id, "name": problem.name,
-                     "baselines": measured})
+    problems = list(problem_set)
+    with ConsoleProgress("baselines") as report:
+        for done, problem in enumerate(problems, 1):
+            try:
+                measured = measure_baselines(problem, names, options, device, store, report=report)
+            except ProblemError as exc:
+                measured = {name: {"status": "problem_error", "message": str(exc)} for name in names}
+            except SandboxError as exc:
+                raise EnvironmentFailure(str(exc)) from exc
+            rows.append({"level": problem.level, "problem_id": problem.problem_id, "name": problem.name,
+                         "baselines": measured})
+            report.update(done, len(problems))
     report = {"device": device, "store": str(store.path), "problems": rows}
     print(json.dumps(report) if args.json else render(rows, names))
     return EXIT_OK

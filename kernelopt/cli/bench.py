@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from kernelopt.cli.agent_setup import agent_setup, run_set
+from kernelopt.cli.console import ConsoleProgress
 from kernelopt.cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
 from kernelopt.cli.options import (
     add_budget_options,
@@ -117,8 +118,9 @@ def run_rescore(args) -> int:
         raise UsageError(f"--solutions {solutions_dir}: no files named level_L_problem_ID_sample_S_kernel.py")
     out = Path(args.out) if args.out else Path("kernelopt-bench") / solutions_dir.resolve().name
     try:
-        summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), progress, baselines=names,
-                          store=BaselineStore(args.baseline_store) if names else None, devices=devices)
+        with ConsoleProgress("judging") as report:
+            summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), report, baselines=names,
+                              store=BaselineStore(args.baseline_store) if names else None, devices=devices)
     except IsolationError as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:

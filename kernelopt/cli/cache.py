@@ -66,6 +66,7 @@ def run_cache(args) -> int:
 def warm(cache, args) -> dict:
     import torch
 
+    from kernelopt.cli.console import ConsoleProgress
     from kernelopt.sandbox import isolation
     from kernelopt.sandbox.builds import BuildFailure, BuildService
 
@@ -78,20 +79,26 @@ def warm(cache, args) -> dict:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     skipped = "--skip-cuda" if args.skip_cuda else cuda_build_missing()
     variants = [False] if skipped else [False, True]  # C++ flags without and with the CUDA headers
-    headers = []
-    for flags in [args.cflag] if args.cflag else [[], ["-O3"]]:
-        for with_cuda in variants:
+    header_sets = [(flags, with_cuda) for flags in ([args.cflag] if args.cflag else [[], ["-O3"]])
+                   for with_cuda in variants]
+    cuda_sets = [] if skipped else [args.cuda_cflag] if args.cuda_cflag else [[], ["-O3"], ["-O3", "--use_fast_math"]]
+    total = len(header_sets) + len(cuda_sets)
+    headers, cuda_headers = [], []
+    with ConsoleProgress("precompiling") as report:
+        report.update(0, total)
+        for flags, with_cuda in header_sets:
             try:
                 path = service.warm(flags, device, with_cuda=with_cuda)
             except BuildFailure as exc:
                 raise EnvironmentFailure(f"precompiling torch/extension.h failed: {exc}") from exc
             headers.append({"extra_cflags": flags, "with_cuda": with_cuda, "path": str(path)})
-    cuda_headers = []
-    for flags in [] if skipped else [args.cuda_cflag] if args.cuda_cflag else [[], ["-O3"], ["-O3", "--use_fast_math"]]:
-        try:
-            cuda_headers.append({"extra_cuda_cflags": flags, "path": str(service.warm_cuda(flags, device))})
-        except BuildFailure as exc:
-            raise EnvironmentFailure(f"precompiling the CUDA host prefix failed: {exc}") from exc
+            report.update(len(headers), total)
+        for flags in cuda_sets:
+            try:
+                cuda_headers.append({"extra_cuda_cflags": flags, "path": str(service.warm_cuda(flags, device))})
+            except BuildFailure as exc:
+                raise EnvironmentFailure(f"precompiling the CUDA host prefix failed: {exc}") from exc
+            report.update(len(headers) + len(cuda_headers), total)
     return {"root": str(cache.root), "headers": headers, "cuda_headers": cuda_headers, "cuda_skipped": skipped}
 
 

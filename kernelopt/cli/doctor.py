@@ -20,8 +20,15 @@ def add_command(commands) -> None:
 
 
 def run_doctor(args) -> int:
+    from kernelopt.cli.console import print_table
     from kernelopt.sandbox.doctor import diagnose, render
 
     report = diagnose()
-    print(json.dumps(report.as_dict()) if args.json else render(report))
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        rows = [("ok" if c.ok else "ERROR" if c.required else "missing", c.name,
+                 c.detail + (f"\nfix: {c.fix}" if not c.ok and c.fix else "")) for c in report.checks]
+        print_table(("", "check", "detail"), rows, render(report).splitlines(),
+                    title=f"default device: {report.default_device}; default sandbox: {report.default_backend}")
     return EXIT_OK if report.ok else EXIT_ENVIRONMENT

@@ -22,6 +22,7 @@ def add_command(commands) -> None:
 
 
 def run_runs_list(args) -> int:
+    from kernelopt.cli.console import print_table
     from kernelopt.agent.store import RunStore, StoreError
 
     try:
@@ -34,10 +35,14 @@ def run_runs_list(args) -> int:
         return EXIT_OK
     if not runs:
         print(f"no runs in {store.path}")
-    for r in runs:
-        best = f"{r['best_speedup']:.3f}x" if r["best_speedup"] is not None else "-"
-        print(f"{r['run_id']}  {r['status']:11s} {r['problem']:24s} {r['model']:24s} "
-              f"{r['strategy']:9s} best {best:>8s}  {r['llm_calls']} calls")
+        return EXIT_OK
+    best = [f"{r['best_speedup']:.3f}x" if r["best_speedup"] is not None else "-" for r in runs]
+    lines = [f"{r['run_id']}  {r['status']:11s} {r['problem']:24s} {r['model']:24s} "
+             f"{r['strategy']:9s} best {b:>8s}  {r['llm_calls']} calls" for r, b in zip(runs, best)]
+    rows = [(r["run_id"], r["status"], r["problem"], r["model"], r["strategy"], b, r["llm_calls"])
+            for r, b in zip(runs, best)]
+    print_table(("run", "status", "problem", "model", "strategy", "best", "LLM calls"), rows, lines,
+                title=f"runs in {store.path}")
     return EXIT_OK
 
 
