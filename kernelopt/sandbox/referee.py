@@ -51,7 +51,7 @@ _LOG_EXCERPT = 8000
 _SETTLE_S = 30.0  # for the reference to finish a round a candidate's verdict cut short
 
 
-class Verdict(Exception):
+class VerdictReached(Exception):
     """Ends an evaluation early with a status (control flow, not an error)."""
 
     def __init__(self, status: str, message: str, flags: tuple[str, ...] = (), log: str = ""):
@@ -59,7 +59,7 @@ class Verdict(Exception):
         self.status, self.message, self.flags, self.log = status, message, list(flags), log
 
 
-class ProblemCodeFailed(Verdict):
+class ProblemCodeFailed(VerdictReached):
     """The problem's own code (its import or get_init_inputs) failed in the candidate's worker,
     before any candidate code ran. The reference's load decides whom to blame: when it fails
     too, the problem is broken (ProblemError); otherwise this is the candidate's verdict."""
@@ -267,7 +267,7 @@ class CandidateSession:
         try:
             for name, step in phases:
                 self._phase(name, step)
-        except Verdict as verdict:
+        except VerdictReached as verdict:
             return self._result(verdict.status, verdict.message, verdict.flags, verdict.log)
         except WorkerTimeout as exc:
             return self._result("timeout", f"{exc} (limit {self.options.timeout:g} s)")
@@ -341,7 +341,7 @@ class CandidateSession:
         self.environment = ref.get("environment")
         self._check_sandbox_census()
         if self.candidate_load.get("init_digest") != ref.get("init_digest"):
-            raise Verdict("rejected", "the candidate changed the problem's init inputs", ("inputs_differ",))
+            raise VerdictReached("rejected", "the candidate changed the problem's init inputs", ("inputs_differ",))
         self.checks.append(Check(name="load", passed=True, detail="reference and candidate loaded"))
 
     def _check_correctness(self) -> None:
@@ -354,11 +354,11 @@ class CandidateSession:
         self.checks.append(Check(name="correctness", passed=not failed,
                                  detail=f"{len(self.trials) - len(failed)}/{len(self.trials)} trials passed"))
         if failed:
-            raise Verdict("incorrect", f"trial {failed[0].index}: {failed[0].message}")
+            raise VerdictReached("incorrect", f"trial {failed[0].index}: {failed[0].message}")
         ignored = self.input_dependence.verdict()
         self.checks.append(Check(name="output_follows_input", passed=ignored is None, detail=ignored or ""))
         if ignored:
-            raise Verdict("incorrect", ignored, ("output_ignores_input",))
+            raise VerdictReached("incorrect", ignored, ("output_ignores_input",))
         self._judge_precision()
 
     def _trial_groups(self):
@@ -414,7 +414,7 @@ class CandidateSession:
             try:
                 out = compare.load_tensors(outputs[self.candidate][position])
             except compare.BadOutputBlob as exc:
-                raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
+                raise VerdictReached("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
             comparison = compare.compare_outputs(out, expected.outputs[position], self.options)
             self.reduced_precision |= comparison.reduced_precision
             self.trials.append(compare.trial_result(indices[position], seeds[position], comparison))
@@ -442,7 +442,7 @@ class CandidateSession:
                     run.answered += worker is self.reference
                 self._check_sandbox_census()  # after every call (see _timed_calls)
             reports = {self.reference: self._report_reference(run), self.candidate: self._report(self.candidate)}
-        except (Verdict, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
+        except (VerdictReached, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
             self._settle_reference(run)
             raise
         return outputs, reports
@@ -649,7 +649,7 @@ class CandidateSession:
             replies[self.reference] = self._receive(self.reference)[0]
             ref_run.report = "read"
             replies[self.candidate] = self._receive(self.candidate)[0]
-        except (Verdict, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
+        except (VerdictReached, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
             self._settle_reference(ref_run)
             raise
         seeds = [s.seed for s in inputs]
@@ -662,7 +662,7 @@ class CandidateSession:
             mismatch = compare.compare_fingerprints(c.fingerprints, r.fingerprints, [list(m) for m in r.meta],
                                                     self.options)
             if mismatch:
-                raise Verdict("incorrect", f"a timed call's output does not match the reference ({mismatch}): "
+                raise VerdictReached("incorrect", f"a timed call's output does not match the reference ({mismatch}): "
                                            "correct when checked, wrong when timed", ("inconsistent_outputs",))
         self._compare_sampled_call(len(inputs))
         self._remember_labels(replies[self.candidate])
@@ -747,21 +747,21 @@ class CandidateSession:
     def _protocol_error(self, worker: WorkerProcess, expected: str):
         if worker is self.reference:
             raise ProblemError(self.problem.path, f"reference worker protocol error: expected {expected}")
-        raise Verdict("rejected", f"the candidate worker broke the protocol (expected {expected})",
+        raise VerdictReached("rejected", f"the candidate worker broke the protocol (expected {expected})",
                       ("protocol_violation",))
 
     def _check_sandbox_census(self) -> None:
         """Host-side view of the candidate's sandbox, which code inside it cannot falsify."""
         extra = self.candidate.extra_processes()
         if extra > 0:
-            raise Verdict("rejected", f"the candidate left {extra} process(es) running in its sandbox",
+            raise VerdictReached("rejected", f"the candidate left {extra} process(es) running in its sandbox",
                           ("child_processes",))
         threads = self.candidate.thread_growth() - self.reference.thread_growth()
         if threads > 0:
             if "native_threads" not in self.flags:
                 self.flags.append("native_threads")
             if not self.device.startswith("cuda"):  # the CUDA driver starts threads lazily
-                raise Verdict("rejected", self._thread_message(threads), ("native_threads",))
+                raise VerdictReached("rejected", self._thread_message(threads), ("native_threads",))
 
     def _thread_message(self, threads: int) -> str:
         """Why extra threads are refused, in terms of what the candidate did. Each side gets one
@@ -790,11 +790,11 @@ class CandidateSession:
             try:
                 outputs[worker] = compare.load_tensors(blobs[worker][0])
             except (compare.BadOutputBlob, IndexError) as exc:
-                raise Verdict("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
+                raise VerdictReached("rejected", f"candidate outputs unusable: {exc}", ("protocol_violation",))
         comparison = compare.compare_outputs(outputs[self.candidate], outputs[self.reference], self.options)
         self.sampled_checks += 1
         if not comparison.passed:
-            raise Verdict("incorrect", f"a timed call's output does not match the reference "
+            raise VerdictReached("incorrect", f"a timed call's output does not match the reference "
                                        f"({comparison.message}): correct when checked, wrong when timed",
                           ("inconsistent_outputs",))
 
@@ -820,7 +820,7 @@ class CandidateSession:
                                  detail=f"per-call time outside the timer: candidate {slack_c:.3f} ms, "
                                         f"reference {slack_r:.3f} ms (allowed {allowance:.3f} ms)"))
         if not passed:
-            raise Verdict("rejected", f"the host clock saw {slack_c - slack_r:.3f} ms per call more around the "
+            raise VerdictReached("rejected", f"the host clock saw {slack_c - slack_r:.3f} ms per call more around the "
                                       "candidate's calls than its timer reported (work hidden from the timer, "
                                       "or forged timings)", ("timing_inconsistent",))
 
@@ -828,26 +828,26 @@ class CandidateSession:
 
     def _check_call_invariants(self, c: CallRecord, r: CallRecord) -> None:
         if c.aliases_input:
-            raise Verdict("rejected", "an output shares memory with an input", ("output_aliases_input",))
+            raise VerdictReached("rejected", "an output shares memory with an input", ("output_aliases_input",))
         if c.structure != r.structure:
-            raise Verdict("incorrect", f"the output's structure {_structure_words(c.structure)} differs from "
+            raise VerdictReached("incorrect", f"the output's structure {_structure_words(c.structure)} differs from "
                                        f"the reference's {_structure_words(r.structure)} (T: a tensor, (...): a "
                                        "tuple, [...]: a list)")
         if len(c.meta) != len(r.meta):
-            raise Verdict("incorrect", f"returned {len(c.meta)} tensor(s), expected {len(r.meta)}")
+            raise VerdictReached("incorrect", f"returned {len(c.meta)} tensor(s), expected {len(r.meta)}")
         for index, (cm, rm) in enumerate(zip(c.meta, r.meta)):
             if tuple(cm) != tuple(rm):
-                raise Verdict("incorrect", f"output {index}: shape/dtype/device {list(cm)} != expected {list(rm)}")
+                raise VerdictReached("incorrect", f"output {index}: shape/dtype/device {list(cm)} != expected {list(rm)}")
 
     def _check_inputs(self, c: CallRecord, given: InputSet, r: CallRecord) -> None:
         """The candidate's worker must have received exactly the inputs the reference made, and
         may change them only where the reference's own forward changes its inputs."""
         if c.inputs_before != given.digest:
-            raise Verdict("rejected", "the candidate's inputs differ from the ones the reference made: "
+            raise VerdictReached("rejected", "the candidate's inputs differ from the ones the reference made: "
                                       "the hand-over of inputs was tampered with", ("inputs_differ",))
         reference_mutates = r.inputs_after != r.inputs_before
         if c.inputs_after != c.inputs_before and not reference_mutates:
-            raise Verdict("rejected", "the candidate modified its inputs", ("input_mutation",))
+            raise VerdictReached("rejected", "the candidate modified its inputs", ("input_mutation",))
 
     def _raise_violations(self, violations: list) -> None:
         if not violations:
@@ -855,13 +855,13 @@ class CandidateSession:
         # The report comes from the candidate's process: a flag name it made up becomes "violation".
         flags = tuple(_known_flag(v.get("flag")) for v in violations if isinstance(v, dict))
         detail = "; ".join(str(v.get("detail", "")) for v in violations if isinstance(v, dict))
-        raise Verdict("rejected", f"the candidate broke a sandbox rule: {detail}", flags or ("violation",))
+        raise VerdictReached("rejected", f"the candidate broke a sandbox rule: {detail}", flags or ("violation",))
 
     def _judge_precision(self) -> None:
         if not self.reduced_precision:
             return
         if self.options.precision_policy == "reject":
-            raise Verdict("rejected", "the error level shows arithmetic below the reference's precision "
+            raise VerdictReached("rejected", "the error level shows arithmetic below the reference's precision "
                                       "(precision policy: reject)", ("reduced_precision",))
         self.flags.append("reduced_precision")
 
@@ -898,7 +898,7 @@ class CandidateSession:
         except (WorkerDied, WorkerTimeout) as exc:
             raise self._attribute(worker, exc) from None
         if not isinstance(reply, dict):
-            raise Verdict("rejected", "malformed reply", ("protocol_violation",))
+            raise VerdictReached("rejected", "malformed reply", ("protocol_violation",))
         if not reply.get("ok", False):
             self._fail(worker, reply)
         return (reply, blobs) if with_blobs else (reply, [])
@@ -906,7 +906,7 @@ class CandidateSession:
     def _serve_build(self, raw: object) -> dict:
         """A build request from the candidate's worker, answered from the cache or by a build."""
         if self.builds is None:
-            raise Verdict("rejected", "the candidate sent a build request it was not offered",
+            raise VerdictReached("rejected", "the candidate sent a build request it was not offered",
                           ("protocol_violation",))
         begin = time.monotonic()
         try:
@@ -916,7 +916,7 @@ class CandidateSession:
             return {"cmd": "built", "ok": False, "error": str(exc)}
         except builds_module.BuildFailure as exc:
             if time.monotonic() >= self.deadline - 1.5:
-                raise Verdict("timeout", f"{exc} (limit {self.options.timeout:g} s)") from None
+                raise VerdictReached("timeout", f"{exc} (limit {self.options.timeout:g} s)") from None
             return {"cmd": "built", "ok": False, "error": str(exc)}
         waited = time.monotonic() - begin
         self.durations["build"] = round(self.durations.get("build", 0.0) + waited, 4)
@@ -936,18 +936,18 @@ class CandidateSession:
         self._remember_labels(reply)
         log = str(reply.get("log", ""))[-_LOG_EXCERPT:]
         if kind == "bad_output":
-            raise Verdict("rejected", error, ("output_not_plain_tensor",))
+            raise VerdictReached("rejected", error, ("output_not_plain_tensor",))
         if kind == "interception":
-            raise Verdict("rejected", error, ("patched_runtime",))
+            raise VerdictReached("rejected", error, ("patched_runtime",))
         if kind == "protocol":
-            raise Verdict("rejected", f"the candidate worker broke the protocol: {error}", ("protocol_violation",))
+            raise VerdictReached("rejected", f"the candidate worker broke the protocol: {error}", ("protocol_violation",))
         if kind == "compile_error":
-            raise Verdict("compile_error", error, log=log)
+            raise VerdictReached("compile_error", error, log=log)
         if kind == "problem_error":
             raise ProblemCodeFailed(error, log=log)
         if reply.get("fatal"):
             error += "\n(CUDA error: the worker is retired)"
-        raise Verdict("runtime_error", error, log=log)
+        raise VerdictReached("runtime_error", error, log=log)
 
     def _attribute(self, worker: WorkerProcess, exc: Exception) -> Exception:
         if worker is self.reference:
@@ -960,11 +960,11 @@ class CandidateSession:
         except ValidationError as exc:
             if trusted:
                 raise
-            raise Verdict("rejected", f"the candidate worker sent a malformed reply: {exc.errors()[:1]}",
+            raise VerdictReached("rejected", f"the candidate worker sent a malformed reply: {exc.errors()[:1]}",
                           ("protocol_violation",)) from None
         if [c.seed for c in parsed.calls] != seeds or any(
                 not (math.isfinite(c.ms) and c.ms >= 0) for c in parsed.calls):
-            raise Verdict("rejected", "the candidate worker's reply does not match the request",
+            raise VerdictReached("rejected", "the candidate worker's reply does not match the request",
                           ("protocol_violation",))
         return parsed
 
