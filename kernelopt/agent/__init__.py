@@ -7,6 +7,8 @@
   extraction, evaluation, records).
 - llm.py: the OpenAI-compatible client; budget.py: the run's limits; prompting.py: the
   templates (kernelopt/prompts) into messages and verdicts into feedback.
+- session.py: `Session`, the search driven by hand (notebooks, `kernelopt tune`) on the same
+  pipeline and store.
 - store.py: the SQLite run store (`RunStore.open`); records.py: its candidates as attempt
   records for the export formats (kernelopt/rewards/export.py).
 

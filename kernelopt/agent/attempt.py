@@ -119,6 +119,8 @@ class AttemptPipeline:
         self.client, self.settings, self.budget = client, settings, budget
         self.eval_options, self.prompts, self.use_cache = eval_options, prompts, use_cache
         self.on_event = on_event or (lambda kind, attempt: None)
+        # Called when an answer is in, before its verdict (an interactive session shows it live).
+        self.on_answer: Callable[[Attempt], None] = lambda attempt: None
         # Default: one warm Evaluator for the run (the reference worker and a pre-started
         # candidate worker kept between candidates; see kernelopt/sandbox/batch.py).
         self._warm: Evaluator | None = None
@@ -166,6 +168,32 @@ class AttemptPipeline:
         self._llm_pool.submit(self._run_attempt, attempt, request, key, occurrence, done)
         return done
 
+    def judge_code(self, code: str, parent: Attempt | None = None, data: dict | None = None) -> Future | None:
+        """Judge a program that no LLM wrote (an engineer's hand edit in an interactive session):
+        recorded as a candidate without a call, judged in the same lane and deduplicated like
+        every answer. None when the budget allows no more evaluations."""
+        if not self.budget.reserve_evaluation():
+            return None
+        attempt = Attempt(index=len(self.attempts) + 1, parent=parent, data=dict(data or {}),
+                          code=code, code_hash=code_hash(code))
+        self.attempts.append(attempt)
+        parent_id = parent.candidate_id if parent else None
+        attempt.candidate_id = self.store.add_candidate(self.run_id, None, parent_id, code, attempt.code_hash,
+                                                        None, attempt.data)
+        done: Future = Future()
+        self._evaluation(attempt).add_done_callback(lambda f: self._judged(attempt, f, done))
+        return done
+
+    def take_up(self, attempts: list[Attempt], calls: list[dict]) -> None:
+        """Continue a stored run without replaying a strategy (an interactive session): its
+        attempts as they were, and its requests' occurrences counted, so that asking the same
+        thing again is a new call rather than a replay of the stored answer."""
+        self.attempts.extend(attempts)
+        with self._lock:
+            for call in calls:
+                key = call["request_key"]
+                self._occurrences[key] = max(self._occurrences[key], call["occurrence"] + 1)
+
     def critique(self, attempt: Attempt) -> str | None:
         """An optional diagnosis of a failed or slow attempt by the LLM (one more call)."""
         if not self.budget.reserve_call():
@@ -212,6 +240,7 @@ class AttemptPipeline:
             self.budget.release_evaluation()
             self._finish(attempt, done)
             return
+        self.on_answer(attempt)
         judged = self._evaluation(attempt)
         judged.add_done_callback(lambda f: self._judged(attempt, f, done))
 

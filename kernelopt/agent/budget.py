@@ -72,11 +72,15 @@ class Budget:
         """An LLM call that leads to no evaluation (a critique)."""
         return self._reserve(evaluations=0)
 
-    def _reserve(self, evaluations: int) -> bool:
+    def reserve_evaluation(self) -> bool:
+        """An evaluation with no LLM call (code written by hand in an interactive session)."""
+        return self._reserve(evaluations=1, calls=0)
+
+    def _reserve(self, evaluations: int, calls: int = 1) -> bool:
         with self._lock:
             if self._check():
                 return False
-            self.calls += 1
+            self.calls += calls
             self.evaluations += evaluations
             return True
 

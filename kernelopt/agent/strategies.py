@@ -64,18 +64,21 @@ class Strategy(Protocol):
     def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None: ...
 
 
-def first_messages(pipeline: AttemptPipeline) -> list[dict]:
-    return pipeline.prompts.messages("first_attempt.j2")
+def first_messages(pipeline: AttemptPipeline, hint: str | None = None) -> list[dict]:
+    """`hint`: an engineer's suggestion for the model (interactive sessions; None otherwise)."""
+    return pipeline.prompts.messages("first_attempt.j2", hint=hint)
 
 
 def refine_messages(pipeline: AttemptPipeline, last: Attempt, history: list[Attempt],
-                    diagnosis: str | None = None, best: Attempt | None = None) -> list[dict]:
-    """`best`: the version shown as the best so far (default: the run's best)."""
+                    diagnosis: str | None = None, best: Attempt | None = None,
+                    hint: str | None = None) -> list[dict]:
+    """`best`: the version shown as the best so far (default: the run's best); `hint`: as for
+    first_messages."""
     best = best or pipeline.best()
     shown_best = best.view() if best is not None and best is not last else None
     return pipeline.prompts.messages(
         "refine.j2", last=last.view(), best=shown_best, diagnosis=diagnosis,
-        history=[a.view() for a in history[-HISTORY_LIMIT:]])
+        history=[a.view() for a in history[-HISTORY_LIMIT:]], hint=hint)
 
 
 def diagnose(pipeline: AttemptPipeline, attempt: Attempt, enabled: bool) -> str | None:
