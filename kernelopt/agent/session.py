@@ -244,7 +244,8 @@ class Session:
     @classmethod
     def open(cls, problem_path: str | Path, *, model: str, base_url: str | None = None, device: str = "auto",
              store: str | Path | None = None, api_key_env: str = "OPENAI_API_KEY", eval_options: dict | None = None,
-             llm_options: dict | None = None, use_cache: bool = True, check: bool = True) -> Session:
+             llm_options: dict | None = None, use_cache: bool = True, backend: str | None = None,
+             check: bool = True) -> Session:
         """A new session (a new run in the store) on the problem file. `check`: fail at once,
         with SessionError, on an endpoint that cannot be used (unreachable, rejected key,
         unknown model), instead of at the first call."""
@@ -256,7 +257,7 @@ class Session:
         config = OptimizeConfig(problem_path=str(problem_path), model=model, base_url=url, api_key_env=api_key_env,
                                 strategy=SESSION_STRATEGY, limits=dict(NO_LIMITS), device=device,
                                 eval_options=dict(eval_options or {}), llm_options=dict(llm_options or {}),
-                                use_cache=use_cache)
+                                use_cache=use_cache, backend=backend)
         run_store = _open_store(store)
         client, api_key, device = cls._started(config, check)
         run_id = start_run(run_store, config, problem)
@@ -382,6 +383,15 @@ class Session:
         if not 1 <= number <= len(self.pipeline.attempts):
             raise SessionError(f"no candidate {number}: the session has {len(self.pipeline.attempts)}")
         return Candidate(self.pipeline.attempts[number - 1])
+
+    def endpoint_problem(self) -> str | None:
+        """Why the LLM endpoint cannot be used (unreachable, rejected key, unknown model), or
+        None. A session opened with check=False still judges hand edits without one."""
+        try:
+            self.pipeline.client.check()
+        except LLMConfigError as exc:
+            return str(exc)
+        return None
 
     def usage(self) -> Usage:
         calls = self.store.calls(self.run_id)

@@ -21,11 +21,12 @@ from kernelopt.cli import (
     report,
     runs,
     serve,
+    tune,
 )
 from kernelopt.cli.errors import run_handler
 
 # In the order `kernelopt --help` lists them.
-COMMANDS = (evaluate, optimize, runs, cache, doctor, bench, baselines, generate, export, report, serve)
+COMMANDS = (evaluate, optimize, runs, cache, doctor, bench, baselines, generate, export, report, serve, tune)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,111 @@
+"""`kernelopt tune`: the interactive workbench for one kernel, in the browser (docs/tune.md).
+
+Exit codes: 0 after Ctrl-C or SIGTERM (the session's run is stored as finished), 2 for unusable
+input (the problem, the store, a taken port, no endpoint configured).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from kernelopt.cli.agent_setup import configured_endpoint, missing_endpoint
+from kernelopt.cli.errors import EXIT_OK, UsageError
+from kernelopt.cli.options import add_endpoint_options, add_run_eval_options, run_eval_settings
+
+
+def add_command(commands) -> None:
+    p = commands.add_parser(
+        "tune", help="tune one kernel by hand in a local web workbench",
+        description="A local web page over an interactive session: the candidates as a live tree, "
+                    "hints to the model, hand edits judged by the referee, diffs, strategies run for "
+                    "a few calls, and the kernel to keep. Every request needs the token in the "
+                    "printed URL.")
+    p.add_argument("problem", nargs="?", metavar="PROBLEM.py", help="KernelBench-format problem file")
+    add_endpoint_options(p)
+    add_run_eval_options(p)
+    web = p.add_argument_group("workbench")
+    web.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one, printed)")
+    web.add_argument("--host", default="127.0.0.1",
+                     help="address to listen on (default 127.0.0.1; any other exposes the page to the "
+                          "network, protected by the token only)")
+    web.add_argument("--no-browser", action="store_true", help="print the URL without opening a browser")
+    rec = p.add_argument_group("records")
+    rec.add_argument("--store", default=None, metavar="PATH",
+                     help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
+    rec.add_argument("--resume", default=None, metavar="RUN_ID",
+                     help="continue a stored run (a session's, or an optimize or bench run)")
+    rec.add_argument("--no-cache", action="store_true", help="never answer from the response cache")
+    p.set_defaults(handler=run_tune)
+
+
+def run_tune(args) -> int:
+    from kernelopt.tune.server import TuneServer, is_loopback
+    from kernelopt.tune.workbench import Workbench
+
+    session = open_session(args)
+    if session is None:
+        return missing_endpoint(f"tune {args.problem}")
+    notices = [f"the LLM endpoint cannot be used: {problem} (hand edits are still judged)"
+               for problem in [session.endpoint_problem()] if problem]
+    try:
+        server = TuneServer(Workbench(session, notices), args.host, args.port)
+    except OSError as exc:
+        session.close()
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
+    server.start()
+    if not is_loopback(args.host):
+        print(f"kernelopt tune: warning: listening on {args.host}, reachable from other machines; "
+              "only the token protects the session", file=sys.stderr)
+    for notice in notices:
+        print(f"kernelopt tune: {notice}", file=sys.stderr)
+    print(f"kernelopt tune: run {session.run_id} ({session.problem.name} with {session.config.model} on "
+          f"{session.device}); open {server.url} ; Ctrl-C stops", file=sys.stderr, flush=True)
+    if not args.no_browser:
+        open_browser(server.url)
+    serve_until_stopped()
+    print("kernelopt tune: stopping; the session's run is in the store", file=sys.stderr)
+    server.stop()
+    return EXIT_OK
+
+
+def open_session(args):
+    """The Session to tune (None: no endpoint configured for a new one)."""
+    from kernelopt.agent.session import Session, SessionError
+
+    try:
+        if args.resume:
+            return Session.resume(args.resume, store=args.store, base_url=args.base_url, check=False)
+        if not args.problem:
+            raise UsageError("give a problem file (PROBLEM.py) or --resume RUN_ID")
+        base_url = configured_endpoint(args)
+        if base_url is None:
+            return None
+        if not args.model:
+            raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")
+        return Session.open(args.problem, model=args.model, base_url=base_url, device=args.device,
+                            store=args.store, api_key_env=args.api_key_env, eval_options=run_eval_settings(args),
+                            use_cache=not args.no_cache, backend=args.backend, check=False)
+    except SessionError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def open_browser(url: str) -> None:
+    import webbrowser
+
+    try:
+        webbrowser.open(url)
+    except webbrowser.Error:
+        pass   # the URL is printed: opening it by hand works as well
+
+
+def serve_until_stopped() -> None:
+    """Until Ctrl-C or SIGTERM."""
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        while not stopped.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
