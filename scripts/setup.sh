@@ -41,4 +41,15 @@ if ! ls /usr/lib/*/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 >/dev/null 2>&1;
     echo "note: install jemalloc (e.g. 'sudo apt-get install libjemalloc2') for steadier CPU timings" >&2
   fi
 fi
+# Chromium and its driver: the tune workbench's browser tests (tests/test_tune_browser.py, through
+# selenium from the dev extra) skip without them.
+if ! command -v chromedriver >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get install -y -qq chromium chromium-driver \
+      || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)) >/dev/null 2>&1 \
+      || echo "note: could not install chromium; the workbench's browser tests will skip" >&2
+  else
+    echo "note: install chromium and chromium-driver (e.g. 'sudo apt-get install chromium chromium-driver') for the workbench's browser tests" >&2
+  fi
+fi
 echo "kernelopt is set up: .venv/bin/kernelopt --help"

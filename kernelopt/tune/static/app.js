@@ -129,6 +129,7 @@ function renderHeader(state) {
   const strategy = $("strategy");
   if (!strategy.options.length) {
     for (const name of state.strategies) strategy.append(el("option", { value: name }, name));
+    if (state.strategies.includes("refine")) strategy.value = "refine";
   }
 }
 
