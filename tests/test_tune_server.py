@@ -97,7 +97,7 @@ def workbench(endpoint, tmp_path):
 
     with ScriptedLLMServer(script) as llm:
         session = Session.open(PROBLEM, model="test-model", base_url=llm.url, device="cpu",
-                               store=tmp_path / "s.sqlite", eval_options=QUICK_EVAL)
+                               store=tmp_path / "s.sqlite", eval_options=QUICK_EVAL, price=(1000.0, 0.0))
         with TuneServer(Workbench(session)) as tune:
             yield llm, tune
 
@@ -134,6 +134,8 @@ def test_answers_and_verdicts_arrive_live_and_the_hint_reaches_the_model(workben
 
     status, state = call(tune.base_url + "/api/state", token=tune.token)
     assert state["best"] == 1 and state["usage"]["llm_calls"] == 1 and state["chart"] == [[1, pytest.approx(judged["speedup"], rel=1e-3)]]
+    usage = state["usage"]
+    assert usage["prompt_tokens"] > 100 and usage["cost"] == pytest.approx(usage["prompt_tokens"] / 1000)
     status, detail = call(tune.base_url + "/api/candidates/1", token=tune.token)
     assert detail["code"] == FAST and detail["verdict"]["status"] == "correct"
     assert '<span class="hl-kn">import</span>' in detail["code_html"]

@@ -245,10 +245,12 @@ class Session:
     def open(cls, problem_path: str | Path, *, model: str, base_url: str | None = None, device: str = "auto",
              store: str | Path | None = None, api_key_env: str = "OPENAI_API_KEY", eval_options: dict | None = None,
              llm_options: dict | None = None, use_cache: bool = True, backend: str | None = None,
-             check: bool = True) -> Session:
-        """A new session (a new run in the store) on the problem file. `check`: fail at once,
-        with SessionError, on an endpoint that cannot be used (unreachable, rejected key,
-        unknown model), instead of at the first call."""
+             price: tuple[float, float] | None = None, check: bool = True) -> Session:
+        """A new session (a new run in the store) on the problem file. `llm_options`: LLMSettings
+        fields (temperature, max_tokens, concurrency, ...); `price`: dollars per million input
+        and output tokens, for the cost in `usage()`; `check`: fail at once, with SessionError,
+        on an endpoint that cannot be used (unreachable, rejected key, unknown model), instead of
+        at the first call."""
         try:
             problem = load_problem(problem_path)
         except ProblemError as exc:
@@ -257,7 +259,7 @@ class Session:
         config = OptimizeConfig(problem_path=str(problem_path), model=model, base_url=url, api_key_env=api_key_env,
                                 strategy=SESSION_STRATEGY, limits=dict(NO_LIMITS), device=device,
                                 eval_options=dict(eval_options or {}), llm_options=dict(llm_options or {}),
-                                use_cache=use_cache, backend=backend)
+                                use_cache=use_cache, backend=backend, price=list(price) if price else None)
         run_store = _open_store(store)
         client, api_key, device = cls._started(config, check)
         run_id = start_run(run_store, config, problem)

@@ -10,9 +10,9 @@ import signal
 import sys
 import threading
 
-from kernelopt.cli.agent_setup import configured_endpoint, missing_endpoint
+from kernelopt.cli.agent_setup import configured_endpoint, missing_endpoint, price_from_table
 from kernelopt.cli.errors import EXIT_OK, UsageError
-from kernelopt.cli.options import add_endpoint_options, add_run_eval_options, run_eval_settings
+from kernelopt.cli.options import add_endpoint_options, add_llm_options, add_run_eval_options, run_eval_settings
 
 
 def add_command(commands) -> None:
@@ -24,6 +24,7 @@ def add_command(commands) -> None:
                     "printed URL.")
     p.add_argument("problem", nargs="?", metavar="PROBLEM.py", help="KernelBench-format problem file")
     add_endpoint_options(p)
+    add_llm_options(p)
     add_run_eval_options(p)
     web = p.add_argument_group("workbench")
     web.add_argument("--port", type=int, default=0, help="TCP port (default 0: a free one, printed)")
@@ -36,7 +37,6 @@ def add_command(commands) -> None:
                      help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
     rec.add_argument("--resume", default=None, metavar="RUN_ID",
                      help="continue a stored run (a session's, or an optimize or bench run)")
-    rec.add_argument("--no-cache", action="store_true", help="never answer from the response cache")
     p.set_defaults(handler=run_tune)
 
 
@@ -86,9 +86,18 @@ def open_session(args):
             raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")
         return Session.open(args.problem, model=args.model, base_url=base_url, device=args.device,
                             store=args.store, api_key_env=args.api_key_env, eval_options=run_eval_settings(args),
-                            use_cache=not args.no_cache, backend=args.backend, check=False)
+                            llm_options=llm_settings(args), use_cache=not args.no_cache, backend=args.backend,
+                            price=args.price or price_from_table(args.price_table, args.model), check=False)
     except SessionError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def llm_settings(args) -> dict:
+    """The LLM request options given on the command line (as optimize takes them)."""
+    given = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
+             "max_completion_tokens": args.max_completion_tokens, "reasoning_effort": args.reasoning_effort,
+             "concurrency": args.concurrency, "timeout": args.llm_timeout, "max_attempts": args.retries}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def open_browser(url: str) -> None:
