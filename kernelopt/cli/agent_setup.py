@@ -97,11 +97,7 @@ def apply_overrides(config, args, resuming: bool, strategy_options: dict | None 
                             "population": args.population, "exemplars": args.exemplars, "seed": args.seed,
                             "samples": args.samples, "turns": args.turns, "critique": args.critique or None}
     config.strategy_options = {k: v for k, v in strategy_options.items() if v is not None}
-    llm = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
-           "max_completion_tokens": args.max_completion_tokens,
-           "reasoning_effort": args.reasoning_effort, "concurrency": args.concurrency,
-           "timeout": args.llm_timeout, "max_attempts": args.retries}
-    config.llm_options = {k: v for k, v in llm.items() if v is not None}
+    config.llm_options = llm_settings(args)
     config.eval_options = run_eval_settings(args)
     for name, value in list(config.limits.items()) + list(config.strategy_options.items()):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
@@ -176,3 +172,11 @@ def run_set(driver, problem_set, config, store, out, devices, api_key) -> dict:
 def default_out_name(set_location: str, config) -> str:
     name = f"{Path(set_location).name or 'set'}-{config.model}-{config.strategy}"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def llm_settings(args) -> dict:
+    """The LLM request options given on the command line (add_llm_options), unset ones left out."""
+    given = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
+             "max_completion_tokens": args.max_completion_tokens, "reasoning_effort": args.reasoning_effort,
+             "concurrency": args.concurrency, "timeout": args.llm_timeout, "max_attempts": args.retries}
+    return {name: value for name, value in given.items() if value is not None}

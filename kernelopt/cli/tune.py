@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from kernelopt.cli.agent_setup import configured_endpoint, missing_endpoint, price_from_table
+from kernelopt.cli.agent_setup import configured_endpoint, llm_settings, missing_endpoint, price_from_table
 from kernelopt.cli.errors import EXIT_OK, UsageError
 from kernelopt.cli.options import add_endpoint_options, add_llm_options, add_run_eval_options, run_eval_settings
 
@@ -90,14 +90,6 @@ def open_session(args):
                             price=args.price or price_from_table(args.price_table, args.model), check=False)
     except SessionError as exc:
         raise UsageError(str(exc)) from exc
-
-
-def llm_settings(args) -> dict:
-    """The LLM request options given on the command line (as optimize takes them)."""
-    given = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens,
-             "max_completion_tokens": args.max_completion_tokens, "reasoning_effort": args.reasoning_effort,
-             "concurrency": args.concurrency, "timeout": args.llm_timeout, "max_attempts": args.retries}
-    return {name: value for name, value in given.items() if value is not None}
 
 
 def open_browser(url: str) -> None:
