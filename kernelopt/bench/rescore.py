@@ -19,7 +19,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelopt.bench.runner import Progress, ResultLog, check_health_once, run_on_devices, write_summary
@@ -37,6 +37,7 @@ class Solution:
     sample: int
     path: Path
     code: str
+    extra: dict = field(default_factory=dict, compare=False, hash=False)  # kept in its record (a release's score)
 
     @property
     def key(self) -> str:
@@ -61,10 +62,11 @@ def find_solutions(folder: Path) -> list[Solution]:
 
 def rescore(problem_set: ProblemSet, solutions: list[Solution], options: EvalOptions, out: Path, jobs: int,
             report: Callable[[str], None], baselines: list[str] | None = None, store=None,
-            devices: list[str] | None = None) -> dict:
+            devices: list[str] | None = None, annotate: Callable[[list], dict] | None = None) -> dict:
     """Judge every solution of the set's problems (skipping those already in OUT/results.jsonl),
     then summarize per level. Solutions for problems outside the set are counted, not judged.
-    `devices`: judge problems concurrently, one per device (default: options.device alone)."""
+    `devices`: judge problems concurrently, one per device (default: options.device alone).
+    `annotate(records)`: more sections for the summary (a published release's reported vs measured)."""
     out.mkdir(parents=True, exist_ok=True)
     log = ResultLog(out / "results.jsonl")
     by_problem = {(p.level, p.problem_id): p for p in problem_set}
@@ -87,6 +89,8 @@ def rescore(problem_set: ProblemSet, solutions: list[Solution], options: EvalOpt
         summary["vs_baselines"] = against_baselines(problem_set, best, baselines, options, store, report)
     summary.update(n_solutions=len(wanted), n_outside_set=len(solutions) - len(wanted),
                    results=str(log.path))
+    if annotate is not None:
+        summary.update(annotate(list(log.records.values())))
     return write_summary(out, summary, "solutions", problem_set)
 
 
@@ -117,7 +121,7 @@ def _record(solution: Solution, status: str, speedup: float | None = None, messa
     return {"key": solution.key, "level": solution.level, "problem_id": solution.problem_id,
             "sample": solution.sample, "file": str(solution.path), "status": status,
             "correct": status == "correct", "speedup": speedup, "message": message[:2000],
-            "optimization_kinds": kinds or [], "flags": flags or [], "timing": timing}
+            "optimization_kinds": kinds or [], "flags": flags or [], "timing": timing, **solution.extra}
 
 
 def _timing_summary(result) -> dict | None:

@@ -2,7 +2,9 @@
 
 - agent (no --solutions): one `kernelopt optimize` run per problem with a per-problem budget
   (kernelopt/bench/agent_runs.py), every run in the run store;
-- solutions (--solutions DIR): rescoring existing generations (kernelopt/bench/rescore.py).
+- solutions (--solutions DIR): rescoring existing generations (kernelopt/bench/rescore.py);
+  --solutions FILE.json[l] rescores a published release (CUDA-L1's format, kernelopt/bench/
+  published.py): its entries' ref_code are the problems, so no --kernelbench is taken.
 
 Both are resumable from OUT, continue past failing problems, take `--gpus` (one problem at a
 time per GPU) and end with KernelBench's metrics per level, printed and in OUT/summary.json.
@@ -39,9 +41,11 @@ def add_command(commands) -> None:
                     "or with --solutions judge KernelBench-named solutions (level_{L}_problem_{id}_sample_{s}"
                     "_kernel.py) with kernelopt's referee; resumably, and report KernelBench's metrics per "
                     "level. Problems without a correct result count as failures.")
-    add_problem_set_options(p)
-    p.add_argument("--solutions", default=None, metavar="DIR",
-                   help="rescore this folder of generations (searched recursively) instead of running the agent")
+    add_problem_set_options(p, required=False)
+    p.add_argument("--solutions", default=None, metavar="DIR|FILE",
+                   help="rescore this folder of generations (searched recursively) instead of running the agent; "
+                        "or a published release file (CUDA-L1's JSON Lines: ref_code, custom_code, score_default "
+                        "per entry), whose ref_code are the problems (no --kernelbench then)")
     p.add_argument("--out", default=None, metavar="DIR",
                    help="results folder; rerunning with it resumes (default kernelopt-bench/<solutions folder>, "
                         "or kernelopt-bench/<set>-<model>-<strategy> for the agent)")
@@ -80,6 +84,8 @@ def run_agent(args) -> int:
     if args.baselines:
         raise UsageError("--baselines applies to --solutions; for the agent's results run "
                          "`kernelopt bench --solutions` on them, or `kernelopt baselines`")
+    if not args.kernelbench:
+        raise UsageError("the agent over a set needs --kernelbench SET (or --solutions to rescore generations)")
     setup = agent_setup(args, "bench --kernelbench SET", "kernelopt-bench", strategy=args.strategy)
     if setup is None:
         return EXIT_BAD_INPUT
@@ -102,8 +108,13 @@ def run_rescore(args) -> int:
     if given:
         raise UsageError(f"{', '.join(given)}: agent options, not for --solutions (which only judges files)")
     solutions_dir = Path(args.solutions)
+    if solutions_dir.is_file():
+        return run_published(args, solutions_dir)
     if not solutions_dir.is_dir():
-        raise UsageError(f"--solutions {solutions_dir}: not a folder")
+        raise UsageError(f"--solutions {solutions_dir}: no such folder or file")
+    if not args.kernelbench:
+        raise UsageError("--solutions DIR needs --kernelbench SET, the problems its files solve (only a "
+                         "published release file, e.g. CUDA-L1's h100.json, carries its own problems)")
     try:
         problem_set = problem_set_from(args)
         devices = devices_from(args)
@@ -121,6 +132,48 @@ def run_rescore(args) -> int:
         with ConsoleProgress("judging") as report:
             summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), report, baselines=names,
                               store=BaselineStore(args.baseline_store) if names else None, devices=devices)
+    except IsolationError as exc:
+        raise UsageError(str(exc)) from exc
+    except SandboxError as exc:
+        raise EnvironmentFailure(str(exc)) from exc
+    print(json.dumps(summary) if args.json else render(summary))
+    return EXIT_OK if summary["n_solutions"] else EXIT_BAD_INPUT
+
+
+def run_published(args, path: Path) -> int:
+    """--solutions FILE: a published release (CUDA-L1's format), its problems from the file."""
+    from kernelopt.bench.baselines import BaselineStore, default_names
+    from kernelopt.bench.published import published_summary, read_published
+    from kernelopt.bench.rescore import rescore
+    from kernelopt.kernelbench import ProblemSetError, parse_id_ranges
+    from kernelopt.sandbox import EvalOptions
+    from kernelopt.sandbox.isolation import IsolationError
+    from kernelopt.sandbox.process import SandboxError
+
+    if args.kernelbench:
+        raise UsageError(f"--solutions {path} is a release file whose entries carry their own problems (ref_code): "
+                         "leave --kernelbench out (select with --level and --problems, the task ids)")
+    try:
+        published = read_published(path, levels=parse_id_ranges(args.level) if args.level else None,
+                                   ids=parse_id_ranges(args.problems) if args.problems else None)
+        devices = devices_from(args)
+        options = EvalOptions(device=devices[0], **run_eval_settings(args))
+        names = default_names(devices[0], args.baselines.split(",")) if args.baselines else None
+    except ProblemSetError as exc:
+        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
+        raise UsageError(f"--solutions {path}: {exc}") from exc
+    except OSError as exc:
+        raise UsageError(f"--solutions {path}: cannot read it: {exc}") from exc
+    out = Path(args.out) if args.out else Path("kernelopt-bench") / path.stem
+    try:
+        with ConsoleProgress("judging") as report:
+            for bad in published.bad_lines:
+                report(f"{path} line {bad['line']}: not judged: {bad['error']}")
+            summary = rescore(published.problem_set, published.solutions, options, out, max(1, args.jobs), report,
+                              baselines=names, store=BaselineStore(args.baseline_store) if names else None,
+                              devices=devices,
+                              annotate=lambda records: {"published": published_summary(published, records)})
     except IsolationError as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:
@@ -152,6 +205,10 @@ def render(summary: dict) -> str:
         lines.append(f"every problem's record: {summary['results']}; runs: kernelopt runs list --store "
                      f"{summary['store']}")
     else:
+        if summary.get("published"):
+            from kernelopt.bench.published import render_published
+
+            lines += render_published(summary["published"])
         lines.append(f"{summary['n_solutions']} solutions judged ({summary['n_outside_set']} for problems outside "
                      f"the set); every verdict: {summary['results']}")
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def render_html(report: dict, tables: dict[str, Table]) -> str:
     if report.get("skipped_lines"):
         parts.append(f'<p class="note">{report["skipped_lines"]} damaged line(s) of results.jsonl were left out.</p>')
     for name, table in tables.items():
-        if name == "metrics" or name.startswith("baseline "):
+        if name in ("metrics", "published") or name.startswith("baseline "):
             parts.append(render_table(table))
     parts.append(speedup_per_problem(report["plots"]["speedup_per_problem"]))
     parts.append(best_by_call(report["plots"]["best_by_call"]))

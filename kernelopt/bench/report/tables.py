@@ -35,11 +35,34 @@ def tables(report: dict) -> dict[str, Table]:
         result[f"baseline {name}"] = _metrics_table(
             f"Metrics against {name}", against, f"Each correct speedup divided by {name}'s speedup over eager.",
             key=f"baseline-{index + 1}")
+    if summary.get("published"):
+        result["published"] = _published_table(summary["published"])
     result["distribution"] = _distribution_table(report["speedup_distribution"])
     result["kinds"] = _kinds_table(report["optimization_kinds"])
     result["health"] = _health_table(report["problems"])
     result["problems"] = _problems_table(report["problems"], report["mode"])
     return result
+
+
+def _published_table(section: dict) -> Table:
+    """A published release rescored (kernelopt/bench/published.py): their score beside ours."""
+    headers = ["level", "id", "name", "sample", "line", "reported", "status", "measured", "interval", "reason"]
+    rows = [[str(r["level"]), str(r["problem_id"]), r["name"], str(r["sample"]), str(r["line"]),
+             format_speedup(r["reported_speedup"]), r["status"], format_speedup(r["speedup"]),
+             f"{format_speedup(r['interval'][0])}-{format_speedup(r['interval'][1])}" if r["interval"] else "-",
+             r["reason"] or r["agreement"]] for r in section["rows"]]
+    a = section["aggregate"]
+    note = (f"{section['source']}: over the {a['n_reported']} entries with a reported score, reported mean "
+            f"{format_speedup(a['reported_mean'])} and geomean {format_speedup(a['reported_geomean'])}; measured "
+            f"(a candidate not correct counts as 1x) mean {format_speedup(a['measured_mean'])} and geomean "
+            f"{format_speedup(a['measured_geomean'])}; where correct ({a['n_both_correct']}) reported geomean "
+            f"{format_speedup(a['reported_geomean_where_correct'])}, measured "
+            f"{format_speedup(a['measured_geomean_where_correct'])}. {a['n_judged']} judged: {a['n_correct']} "
+            f"correct, {a['n_rejected']} rejected, {a['n_incorrect']} incorrect, {a['n_slower']} slower than "
+            f"reported; {len(section['bad_lines'])} bad line(s)"
+            + (" (" + ", ".join(str(b["line"]) for b in section["bad_lines"]) + ")" if section["bad_lines"] else "")
+            + f", {len(section['without_candidate'])} entries without a candidate.")
+    return Table("Reported vs measured", headers, rows, note, key="published")
 
 
 def _metrics_table(title: str, metrics: dict, note: str, key: str = "metrics") -> Table:
