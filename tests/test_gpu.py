@@ -66,3 +66,15 @@ def test_every_build_mode_yields_a_correct_cuda_kernel(example, mode, tmp_path):
     assert result.status == "correct", result.message
     assert [(b.mode, b.cached) for b in result.builds] == [(mode, False)]
     assert result.builds[0].lean == (mode == "fast")
+
+
+@pytest.mark.gpu
+def test_the_gpu_is_described_for_the_prompt_from_its_properties():
+    from kernelopt.sandbox.hardware import describe
+
+    hardware = describe("cuda:0")
+    name = torch.cuda.get_device_name(0)
+    assert name in hardware.summary
+    major, minor = torch.cuda.get_device_capability(0)
+    assert f"compute capability {major}.{minor}" in hardware.facts[0] and "SMs" in hardware.facts[0]
+    assert any(line.startswith("CUDA ") for line in hardware.facts)

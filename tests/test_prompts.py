@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import jinja2
 import pytest
 
@@ -11,7 +13,6 @@ from kernelopt.agent.prompting import (
     LOG_LINES,
     PromptContext,
     backend_for,
-    device_description,
     feedback_text,
     format_error_feedback,
     short_error,
@@ -144,13 +145,37 @@ def test_missing_template_values_are_errors():
         ctx.messages("critique.j2")
 
 
-def test_backend_and_device_helpers():
+def test_backend_helper():
     assert backend_for("cuda") == "cuda"
     assert backend_for("cuda:1") == "cuda"
     assert backend_for("cpu") == "cpp"
-    assert device_description("cuda:0", "NVIDIA H100") == "an NVIDIA GPU (NVIDIA H100)"
-    assert device_description("cuda") == "an NVIDIA GPU"
-    assert device_description("cpu", "ignored") == "the CPU"
+
+
+def test_the_system_prompt_names_the_hardware_the_code_is_timed_on():
+    from kernelopt.sandbox.hardware import describe
+
+    cpu = describe("cpu")
+    ctx = PromptContext(reference_source="class Model: pass", problem_name="p", backend="cpp",
+                        device_desc=cpu.summary, hardware=cpu.facts)
+    system = ctx.messages("first_attempt.j2")[0]["content"]
+    assert "The hardware your code is timed on:" in system
+    assert "ONE CPU thread" in system and f"the machine has {os.cpu_count()} cores" in system
+    with open("/proc/cpuinfo") as handle:
+        model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), None)
+    if model:
+        assert model in system and cpu.summary == f"the CPU ({model})"
+    bare = PromptContext(reference_source="class Model: pass", problem_name="p", backend="cpp", device_desc="the CPU")
+    assert "hardware your code is timed on" not in bare.messages("first_attempt.j2")[0]["content"]
+
+
+def test_gpu_peak_figures_come_from_the_datasheet_table_by_name():
+    from kernelopt.sandbox.hardware import peak_figures
+
+    assert peak_figures("NVIDIA H100 80GB HBM3")["bandwidth_tbs"] == 3.35
+    assert peak_figures("NVIDIA H100 PCIe")["bandwidth_tbs"] == 2.0
+    assert peak_figures("NVIDIA H200")["bandwidth_tbs"] == 4.8
+    assert peak_figures("NVIDIA A100-SXM4-80GB")["bf16"] == 312
+    assert peak_figures("NVIDIA GeForce GTX 1080") is None  # unknown: no guess
 
 
 # refine.j2 ------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ another backend (Triton) is one more `_example_<backend>.j2` and a word in the s
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -41,21 +41,16 @@ class PromptContext:
     problem_name: str
     backend: str
     device_desc: str
+    hardware: list[str] = field(default_factory=list)  # facts about the device (sandbox/hardware.py)
 
     def render(self, template: str, **values) -> str:
         return _env.get_template(template).render(
             reference_source=self.reference_source.strip(), problem_name=self.problem_name,
-            backend=self.backend, device_desc=self.device_desc, **values).strip() + "\n"
+            backend=self.backend, device_desc=self.device_desc, hardware=self.hardware, **values).strip() + "\n"
 
     def messages(self, template: str, **values) -> list[dict]:
         return [{"role": "system", "content": self.render("system.j2")},
                 {"role": "user", "content": self.render(template, **values)}]
-
-
-def device_description(device: str, device_name: str | None = None) -> str:
-    if device.startswith("cuda"):
-        return f"an NVIDIA GPU ({device_name})" if device_name else "an NVIDIA GPU"
-    return "the CPU"
 
 
 def backend_for(device: str) -> str:

@@ -23,11 +23,12 @@ from typing import Callable
 from kernelopt.agent.attempt import Attempt, AttemptPipeline
 from kernelopt.agent.budget import Budget, BudgetLimits
 from kernelopt.agent.llm import LLMClient, LLMSettings, Price
-from kernelopt.agent.prompting import PromptContext, backend_for, device_description
+from kernelopt.agent.prompting import PromptContext, backend_for
 from kernelopt.agent.store import RunStore, new_run_id
 from kernelopt.agent.strategies import Progress, Strategy, make_strategy
 from kernelopt.kernelbench import Problem, problem_from_source
 from kernelopt.sandbox import EvalOptions
+from kernelopt.sandbox.hardware import describe as describe_hardware
 
 
 @dataclass
@@ -172,8 +173,9 @@ def build_pipeline(store: RunStore, run_id: str, config: OptimizeConfig, problem
                    on_event, evaluator) -> AttemptPipeline:
     eval_options = EvalOptions(device=device, **config.eval_options)
     backend = config.backend or backend_for(device)
+    hardware = describe_hardware(device)
     prompts = PromptContext(reference_source=problem.source, problem_name=problem.name,
-                            backend=backend, device_desc=device_description(device))
+                            backend=backend, device_desc=hardware.summary, hardware=hardware.facts)
     extra = {"evaluator": evaluator} if evaluator else {}
     return AttemptPipeline(run_id=run_id, problem=problem, store=store, client=client,
                            settings=config.llm_settings(api_key), budget=budget, eval_options=eval_options,
