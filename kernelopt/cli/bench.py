@@ -97,12 +97,10 @@ def run_agent(args) -> int:
 # solutions mode --------------------------------------------------------------------------------
 
 def run_rescore(args) -> int:
-    from kernelopt.bench.baselines import BaselineStore, default_names
-    from kernelopt.bench.rescore import find_solutions, rescore
+    from kernelopt.bench.baselines import default_names
+    from kernelopt.bench.rescore import find_solutions
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.sandbox import EvalOptions
-    from kernelopt.sandbox.isolation import IsolationError
-    from kernelopt.sandbox.process import SandboxError
 
     given = [f"--{name.replace('_', '-')}" for name in AGENT_ONLY if getattr(args, name) not in (None, False)]
     if given:
@@ -128,27 +126,15 @@ def run_rescore(args) -> int:
     if not solutions:
         raise UsageError(f"--solutions {solutions_dir}: no files named level_L_problem_ID_sample_S_kernel.py")
     out = Path(args.out) if args.out else Path("kernelopt-bench") / solutions_dir.resolve().name
-    try:
-        with ConsoleProgress("judging") as report:
-            summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), report, baselines=names,
-                              store=BaselineStore(args.baseline_store) if names else None, devices=devices)
-    except IsolationError as exc:
-        raise UsageError(str(exc)) from exc
-    except SandboxError as exc:
-        raise EnvironmentFailure(str(exc)) from exc
-    print(json.dumps(summary) if args.json else render(summary))
-    return EXIT_OK if summary["n_solutions"] else EXIT_BAD_INPUT
+    return rescore_and_print(args, problem_set, solutions, options, out, names, devices)
 
 
 def run_published(args, path: Path) -> int:
     """--solutions FILE: a published release (CUDA-L1's format), its problems from the file."""
-    from kernelopt.bench.baselines import BaselineStore, default_names
+    from kernelopt.bench.baselines import default_names
     from kernelopt.bench.published import published_summary, read_published
-    from kernelopt.bench.rescore import rescore
     from kernelopt.kernelbench import ProblemSetError, parse_id_ranges
     from kernelopt.sandbox import EvalOptions
-    from kernelopt.sandbox.isolation import IsolationError
-    from kernelopt.sandbox.process import SandboxError
 
     if args.kernelbench:
         raise UsageError(f"--solutions {path} is a release file whose entries carry their own problems (ref_code): "
@@ -166,14 +152,28 @@ def run_published(args, path: Path) -> int:
     except OSError as exc:
         raise UsageError(f"--solutions {path}: cannot read it: {exc}") from exc
     out = Path(args.out) if args.out else Path("kernelopt-bench") / path.stem
+    notes = [f"{path} line {bad['line']}: not judged: {bad['error']}" for bad in published.bad_lines]
+    return rescore_and_print(args, published.problem_set, published.solutions, options, out, names, devices,
+                             notes=notes,
+                             annotate=lambda records: {"published": published_summary(published, records)})
+
+
+def rescore_and_print(args, problem_set, solutions, options, out: Path, names, devices, *, notes=(),
+                      annotate=None) -> int:
+    """Judge the solutions with a progress display (after any `notes` lines), print the summary."""
+    from kernelopt.bench.baselines import BaselineStore
+    from kernelopt.bench.rescore import rescore
+    from kernelopt.sandbox.isolation import IsolationError
+    from kernelopt.sandbox.process import SandboxError
+
+    extra = {"annotate": annotate} if annotate else {}
     try:
         with ConsoleProgress("judging") as report:
-            for bad in published.bad_lines:
-                report(f"{path} line {bad['line']}: not judged: {bad['error']}")
-            summary = rescore(published.problem_set, published.solutions, options, out, max(1, args.jobs), report,
-                              baselines=names, store=BaselineStore(args.baseline_store) if names else None,
-                              devices=devices,
-                              annotate=lambda records: {"published": published_summary(published, records)})
+            for line in notes:
+                report(line)
+            summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), report, baselines=names,
+                              store=BaselineStore(args.baseline_store) if names else None, devices=devices,
+                              **extra)
     except IsolationError as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:
