@@ -35,7 +35,7 @@ def run_baselines(args) -> int:
     from kernelopt.kernelbench import ProblemError, ProblemSetError
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.process import SandboxError
-    from kernelopt.sandbox.referee import resolve_device
+    from kernelopt.sandbox.device import resolve_device
 
     try:
         problem_set = problem_set_from(args)

@@ -55,7 +55,7 @@ def run_optimize(args) -> int:
     from kernelopt.agent.store import RunStore, StoreError
     from kernelopt.kernelbench import ProblemError, load_problem
     from kernelopt.sandbox.process import SandboxError
-    from kernelopt.sandbox.referee import resolve_device
+    from kernelopt.sandbox.device import resolve_device
 
     try:
         store = RunStore.open(args.store)

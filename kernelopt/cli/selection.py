@@ -20,7 +20,7 @@ def devices_from(args) -> list[str]:
     import torch
 
     from kernelopt.kernelbench import ProblemSetError, parse_id_ranges
-    from kernelopt.sandbox.referee import resolve_device
+    from kernelopt.sandbox.device import resolve_device
 
     if not args.gpus:
         return [resolve_device(args.device)]

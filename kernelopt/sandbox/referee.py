@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import builds as builds_module
 from kernelopt.sandbox import compare, isolation, labels, timing
-from kernelopt.sandbox.device import default_memory_limit, resolve_device, timing_cpus  # noqa: F401 (re-exported)
+from kernelopt.sandbox.device import default_memory_limit, timing_cpus
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.results import (
     FLAGS, BuildRecord, Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,

@@ -35,7 +35,7 @@ class RewardService:
         if queue_size < 1 or jobs < 1 or concurrency < 1 or cache_size < 1 or not request_timeout > 0:
             raise ValueError("queue_size, jobs, concurrency and cache_size must be at least 1, and "
                              "request_timeout positive")
-        from kernelopt.sandbox.referee import resolve_device  # imports torch; the lanes need it anyway
+        from kernelopt.sandbox.device import resolve_device
 
         self.catalog = ProblemCatalog(problems)
         options = options or EvalOptions()
