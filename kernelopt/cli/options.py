@@ -55,11 +55,11 @@ SPELLINGS = {
 # The referee's settings that eval and serve expose, in --help's order.
 JUDGING_FIELDS = ("device", "timeout", "memory_limit", "correctness_trials", "atol", "rtol", "max_rel_error",
                   "precision_policy", "isolation", "image", "timing_budget", "target_precision", "pin_timing",
-                  "seed", "build_mode", "build_cache")
+                  "seed", "build_mode", "build_cache", "profile")
 
 # Those an agent run (optimize, bench, generate) records and applies to each of its evaluations;
 # its device is chosen once for the whole run, apart from these.
-RUN_EVAL_FIELDS = ("timeout", "timing_budget", "correctness_trials", "isolation", "image", "build_mode")
+RUN_EVAL_FIELDS = ("timeout", "timing_budget", "correctness_trials", "isolation", "image", "build_mode", "profile")
 
 FIELD_DEFAULT = object()  # add_field_option's `default` when the field's own applies
 
@@ -72,6 +72,11 @@ def add_field_option(group, name: str, *, flags: tuple[str, ...] = (), default: 
     field = EvalOptions.model_fields[name]
     spelling = SPELLINGS.get(name, Spelling())
     value = field.default if default is FIELD_DEFAULT else default
+    if field.annotation is bool:  # --name / --no-name
+        group.add_argument(*(flags or spelling.flags or (flag_of(name),)), dest=name,
+                           action=argparse.BooleanOptionalAction, default=None if unset else value,
+                           help=help_text(field.description, None if unset else value))
+        return
     kind, choices = argument_kind(field.annotation)
     group.add_argument(*(flags or spelling.flags or (flag_of(name),)), dest=name, type=spelling.type or kind,
                        choices=choices, default=None if unset else value, metavar=spelling.metavar,

@@ -73,6 +73,10 @@ class EvalOptions(BaseModel):
     )
     build_cache: str | None = Field(None, description="build cache directory (default: $KERNELOPT_BUILD_CACHE "
                                                       "or ~/.cache/kernelopt/builds)")
+    # Profile-guided feedback (sandbox/profiling.py): advisory, never part of the verdict.
+    profile: bool = Field(False, description="after a correct verdict, profile both sides once outside the timed "
+                                             "calls (time share per kernel or op, roofline); advisory, see "
+                                             "docs/referee.md")
 
     def effective_max_rel_error(self) -> float:
         return self.max_rel_error if self.max_rel_error is not None else max(self.rtol, 1e-3)
@@ -182,6 +186,55 @@ class BuildRecord(BaseModel):
     wait_seconds: float = Field(description="time this evaluation waited for it")
 
 
+class ProfileRow(BaseModel):
+    """One kernel (GPU) or op (CPU) of a side's profile, per forward call."""
+
+    name: str
+    share: float = Field(description="fraction of the side's profiled time")
+    calls: float = Field(description="launches (GPU) or calls (CPU) per forward")
+    ms: float = Field(description="time per forward")
+    metrics: dict[str, float] = Field(
+        default_factory=dict, description="Nsight Compute, % of peak: dram, sm, occupancy (achieved)")
+
+
+class SideProfile(BaseModel):
+    """Where one side's time goes (torch.profiler), and how close it comes to the roofline."""
+
+    unit: Literal["kernel", "op"] = Field(description="GPU kernels, or CPU ops by self time")
+    total_ms: float = Field(description="profiled time per forward (kernel time on a GPU, op self time on a CPU)")
+    iterations: int
+    rows: list[ProfileRow] = Field(default_factory=list, description="the largest shares, then 'other'")
+    measured_ms: float | None = Field(None, description="the verdict's mean time per call for this side")
+    speed_of_light: float | None = Field(
+        None, description="the roofline's lower bound on the time / measured_ms (1.0: at the device's peak)")
+    gflops: float | None = Field(None, description="achieved GFLOP/s at measured_ms")
+    gbytes: float | None = Field(None, description="achieved GB/s at measured_ms (of the bytes' lower bound)")
+
+
+class Roofline(BaseModel):
+    """The problem's work against the device's peaks, both counted in the reference worker."""
+
+    flops: int | None = Field(None, description="torch.utils.flop_counter on the reference (matmuls, convs, "
+                                                "attention; elementwise ops count 0)")
+    bytes: int = Field(description="inputs + outputs of one call: a lower bound on the bytes moved")
+    precision: str | None = None
+    peak_tflops: float | None = None
+    peak_tbs: float | None = Field(None, description="memory bandwidth, TB/s")
+    bound_ms: float | None = Field(None, description="max(flops / peak, bytes / bandwidth): no call can be faster")
+
+
+class Profile(BaseModel):
+    """Profile-guided feedback: advisory, computed after the verdict; no status, speedup or
+    reward comes from it. The candidate's side runs in the candidate's own process."""
+
+    device: str
+    reference: SideProfile | None = None
+    candidate: SideProfile | None = None
+    roofline: Roofline | None = None
+    notes: list[str] = Field(default_factory=list, description="what could not be profiled, and why")
+    seconds: float = Field(0.0, description="wall time of the profiling pass")
+
+
 class EvalResult(BaseModel):
     """The referee's verdict on one candidate."""
 
@@ -209,6 +262,8 @@ class EvalResult(BaseModel):
     durations: dict[str, float] = Field(default_factory=dict)
     builds: list[BuildRecord] = Field(default_factory=list, description="extension builds the host made or "
                                                                         "found in its cache")
+    profile: Profile | None = Field(None, description="with --profile, after a correct verdict: where the time "
+                                                      "goes (advisory, not part of the verdict)")
 
     def summary(self) -> str:
         """A short human-readable verdict."""
