@@ -258,7 +258,7 @@ class AttemptPipeline:
             attempt.llm_error = str(exc)
             return
         try:
-            extracted = extract_code(call.content or "")
+            extracted = extract_code(call.content or "", self.prompts.backend)
             attempt.code, attempt.code_hash = extracted.code, code_hash(extracted.code)
         except FormatError as exc:
             attempt.format_error = str(exc)

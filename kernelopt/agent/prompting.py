@@ -2,8 +2,9 @@
 referee's feedback turned into text for them.
 
 Templates use StrictUndefined, so a missing variable is an error here, never a silently empty
-prompt. The backend (`cuda` for GPUs, `cpp` for CPUs) picks the one-shot example and wording;
-another backend (Triton) is one more `_example_<backend>.j2` and a word in the system prompt.
+prompt. The backend (kernelbench/backends.py: cuda, cupy, triton, cpp) picks the system prompt's
+rules (`_rules_<backend>.j2`), the first prompt's worked example (`_example_<backend>.j2`) and
+the wording; a new backend is one registry entry and those two templates.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from pathlib import Path
 
 import jinja2
 
+from kernelopt.kernelbench.backends import BACKENDS as KERNEL_BACKENDS
+from kernelopt.kernelbench.backends import default_backend
+
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prompts"
-BACKENDS = ("cuda", "cpp")
+BACKENDS = tuple(KERNEL_BACKENDS)
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
@@ -46,7 +50,8 @@ class PromptContext:
     def render(self, template: str, **values) -> str:
         return _env.get_template(template).render(
             reference_source=self.reference_source.strip(), problem_name=self.problem_name,
-            backend=self.backend, device_desc=self.device_desc, hardware=self.hardware, **values).strip() + "\n"
+            backend=self.backend, kernel=KERNEL_BACKENDS[self.backend], device_desc=self.device_desc,
+            hardware=self.hardware, **values).strip() + "\n"
 
     def messages(self, template: str, **values) -> list[dict]:
         return [{"role": "system", "content": self.render("system.j2")},
@@ -54,7 +59,8 @@ class PromptContext:
 
 
 def backend_for(device: str) -> str:
-    return "cuda" if device.startswith("cuda") else "cpp"
+    """The backend `auto` stands for on the device."""
+    return default_backend(device)
 
 
 def feedback_text(result) -> str:

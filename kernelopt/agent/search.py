@@ -23,10 +23,11 @@ from typing import Callable
 from kernelopt.agent.attempt import Attempt, AttemptPipeline
 from kernelopt.agent.budget import Budget, BudgetLimits
 from kernelopt.agent.llm import LLMClient, LLMSettings, Price
-from kernelopt.agent.prompting import PromptContext, backend_for
+from kernelopt.agent.prompting import PromptContext
 from kernelopt.agent.store import RunStore, new_run_id
 from kernelopt.agent.strategies import Progress, Strategy, make_strategy
 from kernelopt.kernelbench import Problem, problem_from_source
+from kernelopt.kernelbench.backends import resolve_backend
 from kernelopt.sandbox import EvalOptions
 from kernelopt.sandbox.hardware import describe as describe_hardware
 
@@ -41,7 +42,7 @@ class OptimizeConfig:
     strategy_options: dict = field(default_factory=dict)   # window, width, depth, beam, ...
     limits: dict = field(default_factory=lambda: dataclasses.asdict(BudgetLimits()))
     device: str = "auto"
-    backend: str | None = None                             # cuda | cpp; default from the device
+    backend: str | None = None                             # cuda | cupy | triton | cpp; None: auto (device)
     eval_options: dict = field(default_factory=dict)       # EvalOptions fields
     llm_options: dict = field(default_factory=dict)        # LLMSettings fields
     price: list[float] | None = None                       # [input, output] $ per 1M tokens
@@ -172,7 +173,7 @@ def build_pipeline(store: RunStore, run_id: str, config: OptimizeConfig, problem
                    client: LLMClient | None, api_key: str | None, device: str, budget: Budget,
                    on_event, evaluator) -> AttemptPipeline:
     eval_options = EvalOptions(device=device, **config.eval_options)
-    backend = config.backend or backend_for(device)
+    backend = resolve_backend(config.backend, device)  # BackendError (ValueError) when it cannot run there
     hardware = describe_hardware(device)
     prompts = PromptContext(reference_source=problem.source, problem_name=problem.name,
                             backend=backend, device_desc=hardware.summary, hardware=hardware.facts)

@@ -40,6 +40,7 @@ from kernelopt.agent.search import OptimizeConfig, build_pipeline, start_run, st
 from kernelopt.agent.store import RunStore, StoreError
 from kernelopt.agent.strategies import ancestors, first_messages, make_strategy, refine_messages
 from kernelopt.kernelbench import ProblemError, load_problem
+from kernelopt.kernelbench.backends import resolve_backend
 from kernelopt.sandbox import EvalResult
 from kernelopt.sandbox.device import resolve_device
 
@@ -289,6 +290,7 @@ class Session:
         api_key = os.environ.get(config.api_key_env) or None
         try:
             device = resolve_device(config.device)
+            config.backend = resolve_backend(config.backend, device)  # recorded with a new session's run
             client = LLMClient(config.llm_settings(api_key))
             if check:
                 client.check()

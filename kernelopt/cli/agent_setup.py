@@ -125,6 +125,7 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
     from kernelopt.agent.store import RunStore, StoreError
     from kernelopt.bench.agent_runs import recorded_store
     from kernelopt.kernelbench import ProblemSetError
+    from kernelopt.kernelbench.backends import resolve_backend
     from kernelopt.sandbox import EvalOptions
     from kernelopt.sandbox.isolation import IsolationError, select_backend
 
@@ -136,6 +137,8 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
         problem_set = problem_set_from(args)
         devices = devices_from(args)
         config = new_config(args, base_url, args.kernelbench, strategy, strategy_options)
+        for device in devices:  # recorded with every run of the set
+            config.backend = resolve_backend(config.backend, device)
         select_backend(args.isolation or EvalOptions().isolation, args.image or EvalOptions().image)
     except (ProblemSetError, IsolationError) as exc:
         raise UsageError(str(exc)) from exc

@@ -54,6 +54,7 @@ def run_optimize(args) -> int:
     from kernelopt.agent.search import OptimizeConfig, run_search, start_run, stored_problem
     from kernelopt.agent.store import RunStore, StoreError
     from kernelopt.kernelbench import ProblemError, load_problem
+    from kernelopt.kernelbench.backends import resolve_backend
     from kernelopt.sandbox.process import SandboxError
     from kernelopt.sandbox.device import resolve_device
 
@@ -73,6 +74,9 @@ def run_optimize(args) -> int:
                 return explain_missing_endpoint(args)
             config = new_config(args, base_url, str(args.problem), args.strategy)
         device = resolve_device(config.device)
+        backend = resolve_backend(config.backend, device)  # checked on resume too (another machine?)
+        if not args.resume:  # the run records the backend it asks for; a resumed run keeps its own
+            config.backend = backend
         client, api_key = checked_client(config)
     except (ProblemError, StoreError) as exc:
         raise UsageError(str(exc)) from exc

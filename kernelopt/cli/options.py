@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from kernelopt.agent.strategies import STRATEGIES
+from kernelopt.kernelbench.backends import BACKEND_CHOICES
 from kernelopt.sandbox.results import EvalOptions
 
 
@@ -128,8 +129,9 @@ def add_run_eval_options(p, timeout_flags: tuple[str, ...] = ("--eval-timeout",)
     """The referee's settings of an agent run. `timeout_flags`: bench keeps its --timeout."""
     ev = p.add_argument_group("evaluation")
     add_field_option(ev, "device")
-    ev.add_argument("--backend", choices=["cuda", "cpp"], default=None,
-                    help="kernel language asked for (default: cuda on GPUs, cpp on CPU)")
+    ev.add_argument("--backend", choices=BACKEND_CHOICES, default=None,
+                    help="kernel language asked for: load_inline CUDA, CuPy (NVRTC), Triton or C++ "
+                         "(default auto: cuda on GPUs, cpp on CPU)")
     for name in RUN_EVAL_FIELDS:
         add_field_option(ev, name, flags=timeout_flags if name == "timeout" else (), unset=True)
 

@@ -13,10 +13,9 @@ import ast
 import re
 from dataclasses import dataclass
 
-EXPECTED_FORMAT = (
-    "Expected format: a single ```python block holding the complete program "
-    "(imports, any CUDA/C++ source strings, the load_inline call and class ModelNew)."
-)
+from kernelopt.kernelbench.backends import expected_format
+
+EXPECTED_FORMAT = expected_format("cuda")  # the wording when no backend is named
 
 # A complete reasoning section; the backreference pairs <think> with </think> only.
 _REASONING = re.compile(r"<(think|thinking)\s*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
@@ -50,8 +49,17 @@ class _Block:
     closed: bool
 
 
-def extract_code(text: str) -> ExtractedCode:
-    """The program defining ModelNew in `text`; FormatError when there is none."""
+def extract_code(text: str, backend: str | None = None) -> ExtractedCode:
+    """The program defining ModelNew in `text`; FormatError when there is none, whose message
+    describes the format `backend` (kernelbench/backends.py) asks for."""
+    expected = expected_format(backend)
+    try:
+        return _extract(text)
+    except FormatError as exc:
+        raise FormatError(str(exc).replace(EXPECTED_FORMAT, expected)) from None
+
+
+def _extract(text: str) -> ExtractedCode:
     if text is None or not text.strip():
         raise FormatError(f"the answer was empty. {EXPECTED_FORMAT}")
     notes: list[str] = []
