@@ -217,7 +217,8 @@ class Roofline(BaseModel):
 
     flops: int | None = Field(None, description="torch.utils.flop_counter on the reference (matmuls, convs, "
                                                 "attention; elementwise ops count 0)")
-    bytes: int = Field(description="inputs + outputs of one call: a lower bound on the bytes moved")
+    bytes: int = Field(description="inputs, outputs and weights of one call, each once: a lower bound on the "
+                                   "bytes moved")
     precision: str | None = None
     peak_tflops: float | None = None
     peak_tbs: float | None = Field(None, description="memory bandwidth, TB/s")
