@@ -83,6 +83,7 @@ class Evaluator:
         self.workers_used: list[WorkersUsed] = []
         self._seeds = _SeedPlan(self.options, trials=self.options.correctness_trials)
         self._expected: ReferenceTrials | None = None
+        self._reference_profile = None  # the profiling pass's reference part (referee._profile_pass)
         self._serials = itertools.count()
         self._root: Path | None = None
         self._starter: _WorkerStarter | None = None
@@ -239,6 +240,7 @@ class Evaluator:
 
     def _judge(self, session: CandidateSession) -> EvalResult:
         """The candidate's correctness and timing, with the warm reference."""
+        session.reference_profile = self._reference_profile
         try:
             result = session.judge(self._reference.ready, self._expected)
         except BaseException:
@@ -247,6 +249,11 @@ class Evaluator:
             self._reference.discard()
             raise
         self._keep_expected(session.expected)
+        if session.reference_profiled:
+            # Kept for the next candidates; the worker is replaced: the profiler leaves a thread
+            # of its own in it, which the next candidates' thread census would count against them.
+            self._reference_profile = session.reference_profile
+            self._reference.discard()
         return result
 
     def _keep_expected(self, expected: ReferenceTrials | None) -> None:

@@ -34,11 +34,11 @@ from pydantic import BaseModel, ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import builds as builds_module
-from kernelopt.sandbox import compare, isolation, labels, timing
+from kernelopt.sandbox import compare, isolation, labels, profiling, timing
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.results import (
-    FLAGS, BuildRecord, Check, Environment, EvalOptions, EvalResult, Isolation, Timing, TrialResult,
+    FLAGS, BuildRecord, Check, Environment, EvalOptions, EvalResult, Isolation, Profile, Timing, TrialResult,
 )
 
 INIT_SEED = 42  # KernelBench seeds 42 before get_init_inputs, Model(...) and ModelNew(...)
@@ -237,6 +237,10 @@ class CandidateSession:
         self.candidate = self.reference = None
         self.timing_cpus = timing_cpus(options, device)
         self.input_dependence = compare.InputDependence(options)
+        # The reference's part of the profiling pass, kept by the Evaluator across candidates;
+        # reference_profiled: this session ran the pass in the reference worker.
+        self.reference_profile: profiling.ReferenceProfile | None = None
+        self.reference_profiled = False
 
     # -- the phases -------------------------------------------------------------------------
 
@@ -260,7 +264,51 @@ class CandidateSession:
         self._resume_clock(queued=begin - self._paused_at)
         verdict = self._stage(("load", self._load_reference), ("correctness", self._check_correctness),
                               ("timing", self._measure))
-        return verdict or self._result("correct", self._correct_message())
+        if verdict is not None:
+            return verdict
+        result = self._result("correct", self._correct_message())
+        if self.options.profile:
+            begin = time.monotonic()
+            result.profile = self._profile_pass()
+            result.durations["profile"] = round(time.monotonic() - begin, 4)
+        return result
+
+    def _profile_pass(self) -> Profile:
+        """After a correct verdict, outside the timed calls: one advisory profiling pass in each
+        side's own worker on one input set the reference made (sandbox/profiling.py). Nothing
+        of the verdict comes from it; whatever fails in it is a note."""
+        begin, notes = time.monotonic(), []
+        try:
+            kept = self.reference_profile
+            if kept is None:
+                self.reference_profiled = True  # the Evaluator replaces a worker the profiler ran in
+                input_set = self._make_inputs([self._new_seed()])[0]
+                kept = profiling.ReferenceProfile(input_set, None)
+                kept.reply = self._ask_profile(self.reference, input_set, True, kept.notes)
+                self.reference_profile = kept
+            reply = self._ask_profile(self.candidate, kept.input_set, False, notes)
+        except Exception as exc:  # noqa: BLE001 - advisory: the verdict stands
+            return Profile(device=self.device, notes=[f"not profiled: {type(exc).__name__}: {str(exc)[:300]}"],
+                           seconds=round(time.monotonic() - begin, 4))
+        device_name = (self.environment or {}).get("device_name")
+        return profiling.assemble(self.device, kept, reply, self.timing, device_name, notes, time.monotonic() - begin)
+
+    def _ask_profile(self, worker: WorkerProcess, input_set: InputSet, count_work: bool,
+                     notes: list[str]) -> dict | None:
+        """One side's `profile` reply, or None with a note (its failure, death or silence)."""
+        deadline = time.monotonic() + profiling.side_limit(self.device, self.timing)
+        try:
+            worker.send_inputs({**call_message(input_set), **profiling.message(count_work, self.device)},
+                               input_set.packed, deadline)
+            reply, _ = worker.receive(deadline)
+        except (WorkerDied, WorkerTimeout) as exc:
+            notes.append(f"{worker.role} not profiled: {exc}")
+            return None
+        if not isinstance(reply, dict) or not reply.get("ok"):
+            error = str(reply.get("error", reply))[:300] if isinstance(reply, dict) else "a malformed reply"
+            notes.append(f"{worker.role} not profiled: {error.strip()}")
+            return None
+        return reply
 
     def _stage(self, *phases) -> EvalResult | None:
         """Run phases in order; the first rule broken becomes the result."""

@@ -9,7 +9,8 @@ for each (see `Worker.load`). It computes no verdict: it reports raw facts (time
 fingerprints, digests, outputs), and the host, which the candidate cannot reach, decides.
 
 Commands (JSON frames, see wire.py): load, inputs (the reference only), run (followed by its
-call frames and report), fetch, ping, quit. Every reply carries "ok";
+call frames and report), fetch, profile (after a verdict, advisory: worker/profiling.py), ping,
+quit. Every reply carries "ok";
 failures carry "kind" (compile_error, runtime_error, problem_error, bad_output, interception,
 protocol) and "error".
 """
@@ -57,6 +58,7 @@ class ExtensionTracker:
         # Set when the host builds extensions (see builds.py): sends a request, returns the reply.
         self.request_build = None
         self.installed = False
+        self.delivered: dict[str, str] = {}  # extension name -> the library the host built (for profiling)
 
     def install(self) -> None:
         from torch.utils import cpp_extension
@@ -103,6 +105,7 @@ class ExtensionTracker:
         if not reply.get("ok"):
             self.build_log += str(reply.get("log", ""))[-20000:] + "\n"
             raise RuntimeError(f"Error building extension '{request['name']}': {reply.get('error', '')}")
+        self.delivered[request["name"]] = reply["path"]
         spec = importlib.util.spec_from_file_location(request["name"], reply["path"])
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -193,6 +196,7 @@ class Worker:
         self.retained: list[list] = []  # clones of the last round's outputs, for `fetch`
         self.loads = 0
         self.inputs_map = None  # the host's input slot (shared memory), when it gave one
+        self.load_message: dict = {}  # the last `load`, for the profiling pass's child process
         import torch
 
         self._initial_seed = torch.initial_seed()  # the generators' state in a fresh process
@@ -212,7 +216,7 @@ class Worker:
         if self.loads and self.role == "candidate":
             raise WorkerFailure("protocol", "a candidate worker hosts one candidate")
         self.loads += 1
-        self.model, self.retained = None, []
+        self.model, self.retained, self.load_message = None, [], msg
         torch.manual_seed(self._initial_seed)
         self.device = torch.device(msg["device"])
         if self.device.type == "cuda":
@@ -405,6 +409,22 @@ class Worker:
         if reply.get("cmd") != "built":
             raise WorkerFailure("protocol", "expected the host's build reply")
         return reply
+
+    def profile(self, msg: dict, blobs: list[bytes]) -> dict:
+        """The advisory profiling pass after a verdict (worker/profiling.py) on the inputs the
+        call frame brings: neither timed nor judged, its failures are notes on the host."""
+        from . import profiling
+
+        inputs = self._receive_inputs(msg, blobs)
+        ncu = None
+        if msg.get("ncu"):  # what ncu's child process needs to load the same model
+            loaded = self.load_message
+            scratch = os.path.dirname(str(loaded.get("problem_path")))
+            ncu = {"device": str(self.device), "init_seed": loaded.get("init_seed"),
+                   "problem_path": loaded.get("problem_path"), "candidate_path": loaded.get("candidate_path"),
+                   "delivered": self.tracker.delivered, "workdir": os.path.join(scratch, "tmp", "ncu")}
+        return profiling.profile_model(self.model, inputs, self.device, budget_s=float(msg.get("budget_s", 1.0)),
+                                       count_work=bool(msg.get("count_work")), ncu=ncu)
 
     def fetch(self, msg: dict) -> tuple[dict, list[bytes]]:
         """Full outputs of one call of the last round; the host picks which after the round."""
@@ -606,7 +626,7 @@ def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None) -> 
     wire.write_frame(out_fd, {"ok": True, "hello": wire.PROTOCOL_VERSION, "pid": os.getpid()})
     while True:
         try:
-            msg, _ = reader.read()
+            msg, frame_blobs = reader.read()
         except wire.ChannelClosed:
             return
         command = msg.get("cmd")
@@ -622,6 +642,8 @@ def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None) -> 
                 reply, blobs = worker.run(msg)
             elif command == "fetch":
                 reply, blobs = worker.fetch(msg)
+            elif command == "profile":
+                reply = worker.profile(msg, frame_blobs)
             elif command == "ping":  # the host checks that a warm worker is in step with it
                 reply = {"ok": True, "pong": msg.get("token")}
             else:
