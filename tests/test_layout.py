@@ -132,3 +132,29 @@ def test_strategy_choices_are_the_registry():
     for command in ("optimize", "bench"):
         strategy = next(a for a in commands.choices[command]._actions if a.dest == "strategy")
         assert list(strategy.choices) == list(STRATEGIES), command
+
+
+def test_the_cluster_layer_sits_between_sandbox_and_rewards():
+    """kernelopt/cluster drives Evaluators (sandbox) and is driven by rewards and bench: it imports
+    none of the layers above it, and the layers below it do not import it."""
+    above = ("kernelopt.rewards", "kernelopt.agent", "kernelopt.bench", "kernelopt.tune", "kernelopt.cli")
+    below = ("kernelopt.sandbox", "kernelopt.kernelbench")
+    for module, targets in import_graph().items():
+        if module.startswith("kernelopt.cluster"):
+            wrong = {t for t in targets if t.startswith(above)}
+            assert not wrong, f"{module} imports {sorted(wrong)}"
+        if module.startswith(below):
+            assert not any(t.startswith("kernelopt.cluster") for t in targets), (module, targets)
+
+
+def test_ray_is_imported_only_by_the_cluster_layer_and_lazily():
+    """ray is an extra: no module outside kernelopt/cluster imports it, and inside, only in functions."""
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top_level = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "ray" or n.startswith("ray.") for n in names):
+                assert module.startswith("kernelopt.cluster"), f"{module} imports ray"
+                assert id(node) not in top_level, f"{module} imports ray at import time"
