@@ -404,7 +404,7 @@ def test_attempt_with_a_format_error():
     view = a.view()
     assert {k: v for k, v in view.items() if k != "error"} == {
         "label": "attempt 3", "headline": "format error", "code": None, "feedback": a.feedback,
-        "correct": False, "score": 0.0}
+        "correct": False, "score": 0.0, "profile": None}
     assert "the answer holds no ```python block" in view["error"]
     assert not view["error"].startswith("verdict:")
 

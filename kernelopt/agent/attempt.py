@@ -26,7 +26,7 @@ from typing import Callable
 from kernelopt.agent.budget import Budget
 from kernelopt.agent.llm import LLMCallError, LLMClient, LLMConfigError, LLMSettings, request_key
 from kernelopt.kernelbench.completion import FormatError, extract_code
-from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, short_error
+from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, profile_text, short_error
 from kernelopt.agent.store import LLMCallRecord, RunStore
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import EvalOptions, EvalResult
@@ -97,6 +97,7 @@ class Attempt:
         """What the prompt templates see."""
         return {"label": f"attempt {self.index}", "headline": self.headline, "code": self.code,
                 "feedback": self.feedback, "correct": self.correct, "score": self.score,
+                "profile": profile_text(self.result),
                 "error": None if self.correct else self.error_summary()}
 
     def error_summary(self) -> str:

@@ -102,6 +102,15 @@ def feedback_text(result) -> str:
     return "\n".join(lines)
 
 
+def profile_text(result) -> str | None:
+    """A correct candidate's profile (--profile) as the short table the prompts show, or None."""
+    if result is None or not result.correct or result.profile is None:
+        return None
+    from kernelopt.sandbox.profiling import table
+
+    return table(result.profile) or None
+
+
 def format_error_feedback(message: str) -> str:
     return f"verdict: format_error\nmessage: {message}"
 

@@ -25,7 +25,7 @@ from kernelopt.agent.budget import Budget, BudgetLimits
 from kernelopt.agent.llm import LLMClient, LLMSettings, Price
 from kernelopt.agent.prompting import PromptContext
 from kernelopt.agent.store import RunStore, new_run_id
-from kernelopt.agent.strategies import Progress, Strategy, make_strategy
+from kernelopt.agent.strategies import Progress, Strategy, make_strategy, with_eval_defaults
 from kernelopt.kernelbench import Problem, problem_from_source
 from kernelopt.kernelbench.backends import resolve_backend
 from kernelopt.sandbox import EvalOptions
@@ -172,7 +172,7 @@ def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem:
 def build_pipeline(store: RunStore, run_id: str, config: OptimizeConfig, problem: Problem,
                    client: LLMClient | None, api_key: str | None, device: str, budget: Budget,
                    on_event, evaluator) -> AttemptPipeline:
-    eval_options = EvalOptions(device=device, **config.eval_options)
+    eval_options = EvalOptions(device=device, **with_eval_defaults(config.strategy, config.eval_options))
     backend = resolve_backend(config.backend, device)  # BackendError (ValueError) when it cannot run there
     hardware = describe_hardware(device)
     prompts = PromptContext(reference_source=problem.source, problem_name=problem.name,

@@ -246,12 +246,17 @@ class Session:
     def open(cls, problem_path: str | Path, *, model: str, base_url: str | None = None, device: str = "auto",
              store: str | Path | None = None, api_key_env: str = "OPENAI_API_KEY", eval_options: dict | None = None,
              llm_options: dict | None = None, use_cache: bool = True, backend: str | None = None,
-             price: tuple[float, float] | None = None, check: bool = True) -> Session:
+             price: tuple[float, float] | None = None, check: bool = True, profile: bool | None = None) -> Session:
         """A new session (a new run in the store) on the problem file. `llm_options`: LLMSettings
         fields (temperature, max_tokens, concurrency, ...); `price`: dollars per million input
         and output tokens, for the cost in `usage()`; `check`: fail at once, with SessionError,
         on an endpoint that cannot be used (unreachable, rejected key, unknown model), instead of
-        at the first call."""
+        at the first call; `profile`: profile correct candidates for the model's next prompt
+        (EvalOptions.profile; default: on, as with the refine strategy, unless `eval_options`
+        says otherwise)."""
+        eval_options = {"profile": True, **(eval_options or {})}
+        if profile is not None:
+            eval_options["profile"] = profile
         try:
             problem = load_problem(problem_path)
         except ProblemError as exc:

@@ -106,6 +106,7 @@ class Refine:
     critique: bool = False
     name: str = "refine"
     window: ClassVar[None] = None
+    profiles: ClassVar[bool] = True  # a correct candidate's profile goes into the next prompt
 
     def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
         turn = progress.round
@@ -126,6 +127,7 @@ class Tree:
     critique: bool = False
     name: str = "tree"
     window: ClassVar[None] = None
+    profiles: ClassVar[bool] = True  # a correct candidate's profile goes into the next prompt
     # The nodes chosen for expansion so far (never chosen twice, even when the budget refused
     # their children). Per-run state: make_strategy builds a fresh Tree for every run, and a
     # resumed run rebuilds it by replaying the same rounds.
@@ -180,6 +182,7 @@ class Evolve:
     critique: bool = False
     name: str = "evolve"
     window: ClassVar[None] = None
+    profiles: ClassVar[bool] = True  # a correct candidate's profile goes into the next prompt
 
     def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
         generation = progress.round
@@ -269,6 +272,13 @@ STRATEGIES: dict[str, type[Strategy]] = {
     "evolve": Evolve,
     "samples": Samples,
 }
+
+
+def with_eval_defaults(name: str, eval_options: dict) -> dict:
+    """A run's evaluation settings with its strategy's defaults: the strategies that show the
+    model its earlier candidates (refine, tree, evolve: `profiles`) profile the correct ones,
+    unless the run says otherwise (--no-profile)."""
+    return {"profile": bool(getattr(STRATEGIES.get(name), "profiles", False)), **eval_options}
 
 
 def make_strategy(name: str, **options) -> Strategy:

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from kernelopt.agent.strategies import with_eval_defaults
 from kernelopt.cli.console import ConsoleProgress
 from kernelopt.cli.errors import EXIT_BAD_INPUT, EnvironmentFailure, UsageError
 from kernelopt.cli.options import run_eval_settings
@@ -98,7 +99,7 @@ def apply_overrides(config, args, resuming: bool, strategy_options: dict | None 
                             "samples": args.samples, "turns": args.turns, "critique": args.critique or None}
     config.strategy_options = {k: v for k, v in strategy_options.items() if v is not None}
     config.llm_options = llm_settings(args)
-    config.eval_options = run_eval_settings(args)
+    config.eval_options = with_eval_defaults(config.strategy, run_eval_settings(args))
     for name, value in list(config.limits.items()) + list(config.strategy_options.items()):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             raise UsageError(f"{name} must not be negative")

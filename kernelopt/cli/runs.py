@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 from kernelopt.cli.errors import EXIT_OK, UsageError
 from kernelopt.cli.text import first_line, summary_text
@@ -65,6 +66,9 @@ def run_runs_show(args) -> int:
     candidates = [{k: c[k] for k in ("id", "parent_id", "llm_call_id", "code_hash", "status", "speedup",
                                      "message", "format_error", "strategy_data")}
                   for c in store.candidates(args.run_id)]
+    profiles = candidate_profiles(store, args.run_id)
+    for c in candidates:
+        c["profile"] = profiles.get(c["id"])
     calls = [{k: c[k] for k in ("id", "purpose", "occurrence", "prompt_tokens", "completion_tokens",
                                 "latency_s", "cost", "attempts", "source", "error")}
              for c in store.calls(args.run_id)]
@@ -84,4 +88,23 @@ def run_runs_show(args) -> int:
         speed = f"{c['speedup']:.3f}x" if c["speedup"] is not None else ""
         note = first_line(c["message"] or c["format_error"] or "", 90)
         print(f"  #{c['id']:<4d} parent {str(c['parent_id'] or '-'):>4s}  {status:14s} {speed:>9s}  {note}")
+        if c["profile"]:
+            print(textwrap.indent(profile_table(c["profile"]), " " * 8))
     return EXIT_OK
+
+
+def candidate_profiles(store, run_id: str) -> dict[int, dict]:
+    """Candidate id -> its verdict's profile (--profile; correct candidates only), as stored."""
+    found = {}
+    for row in store.candidates_with_calls(run_id):
+        verdict = json.loads(row["result"]) if row.get("result") else None
+        if verdict and verdict.get("profile"):
+            found[row["id"]] = verdict["profile"]
+    return found
+
+
+def profile_table(profile: dict) -> str:
+    from kernelopt.sandbox.profiling import table
+    from kernelopt.sandbox.results import Profile
+
+    return table(Profile.model_validate(profile))
