@@ -7,7 +7,7 @@ Nothing here is timed or judged: the host turns the reply into feedback for the 
 
 - torch.profiler: per GPU kernel (per op, by self time, on a CPU) the time per forward and the
   number of launches, over a few calls after a warm-up call;
-- in the reference worker only: the problem's FLOPs (torch.utils.flop_counter) and the bytes of
+- in the reference worker only: the problem's FLOPs (torch.utils.flop_counter's formulas) and the bytes of
   one call's inputs, outputs and weights (a lower bound on the bytes moved), for the roofline;
 - on a GPU where Nsight Compute (ncu) is installed and may read the counters: DRAM and SM
   throughput and achieved occupancy per kernel, from a child process that loads the same model
@@ -120,15 +120,11 @@ def work_counts(model, inputs, output, notes: list[str]) -> dict:
     """The problem's FLOPs (torch's flop counter: matmuls, convolutions, attention; other ops
     count 0), and the bytes of the call's inputs, outputs and the model's weights, each moved
     at least once (a lower bound), with the inputs' precision."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     from . import measure
 
     found: dict = {}
     try:
-        with FlopCounterMode(display=False) as counter:
-            model(*inputs)
-        found["flops"] = int(counter.get_total_flops())
+        found["flops"] = count_flops(model, inputs)
     except Exception as exc:  # noqa: BLE001 - advisory: a note, not a failure
         notes.append(f"FLOPs not counted: {type(exc).__name__}: {str(exc)[:200]}")
     tensors = measure.tensors_in(inputs)
@@ -146,6 +142,33 @@ def work_counts(model, inputs, output, notes: list[str]) -> dict:
     if by_dtype:
         found["precision"] = _PRECISIONS.get(max(by_dtype, key=by_dtype.get))
     return found
+
+
+def count_flops(model, inputs) -> int:
+    """One forward's FLOPs by torch's flop counter's formulas (torch.utils.flop_counter's
+    registry, the numbers FlopCounterMode gives) in a dispatch mode of our own: FlopCounterMode's
+    mode imports torch._dynamo on first use, 2 s of the 2-core machine, for nothing we need."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class FlopCount(TorchDispatchMode):
+        total = 0
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:  # no torch._dynamo around our own dispatch
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                self.total += int(formula(*args, **kwargs, out_val=out))
+            return out
+
+    with FlopCount() as counter:
+        model(*inputs)
+    return counter.total
 
 
 def _synchronize(device) -> None:
