@@ -13,6 +13,7 @@ problems and candidates.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import secrets
@@ -42,9 +43,9 @@ PROBLEM_DIRS = (PROBLEMS, CORPUS_PROBLEMS)
 
 STATUSES = {"correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected"}
 FLAGS = results.FLAGS  # the canonical list: kernelopt.sandbox.results.Flag
-KINDS = {"pytorch", "cpp_extension", "cuda_extension", "triton", "cuda_graph",
+KINDS = {"pytorch", "cpp_extension", "cuda_extension", "triton", "nvrtc_kernel", "cuda_graph",
          "library_setting", "torch_compile"}
-MARKERS = {"gpu", "slow", "bwrap"}
+MARKERS = {"gpu", "slow", "bwrap", "cupy", "triton"}  # cupy, triton: the case imports that package
 # key -> may it appear more than once
 HEADER_KEYS = {
     "problem": False,
@@ -230,6 +231,9 @@ def _marks_for(markers: set[str]) -> list:
         marks.append(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))
     if "bwrap" in markers:
         marks.append(pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap"))
+    for package in sorted(markers & {"cupy", "triton"}):
+        marks.append(pytest.mark.skipif(importlib.util.find_spec(package) is None,
+                                        reason=f"needs {package} (pip install 'kernelopt[{package}]')"))
     return marks
 
 

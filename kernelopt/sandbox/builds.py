@@ -11,7 +11,8 @@ library to every later candidate with the same sources. The builder runs no cand
 
 Cache layout (root: $KERNELOPT_BUILD_CACHE or ~/.cache/kernelopt/builds):
   entries/KEY/meta.json   what was built, from what, the log, the library's sha256
-  entries/KEY/NAME.so     the library (absent for a cached compile error)
+  entries/KEY/NAME.so     the library (absent for a cached compile error); a CuPy kernel's
+                          entry (sandbox/nvrtc.py) holds kernel.cubin instead
   locks/KEY.lock          flock: one build per key at a time, across processes
   staging/                builds in progress; finished entries are renamed into entries/
   pch/                    precompiled headers made by `kernelopt cache warm` (docs/builds.md)
@@ -98,7 +99,9 @@ class CachedBuild(BaseModel):
     key: str
     ok: bool
     name: str
-    library: str | None = None  # path of NAME.so inside the entry
+    library: str | None = None  # path of NAME.so (or `file`) inside the entry
+    file: str = ""  # the library's file name in the entry; "" means NAME.so
+    lowered: dict[str, str] = {}  # an NVRTC compile's name expressions -> their lowered names
     log: str = ""
     mode: str = ""
     lean: bool = False
@@ -186,9 +189,10 @@ class BuildCache:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             build = CachedBuild(key=key, ok=meta["ok"], name=meta["name"], log=meta.get("log", ""),
                                 mode=meta.get("mode", ""), lean=meta.get("lean", False),
-                                seconds=meta.get("seconds", 0.0), cached=True)
+                                seconds=meta.get("seconds", 0.0), file=meta.get("file", ""),
+                                lowered=meta.get("lowered", {}), cached=True)
             if build.ok:
-                library = directory / f"{build.name}.so"
+                library = directory / (build.file or f"{build.name}.so")
                 if _sha256(library) != meta["sha256"]:
                     raise ValueError("library does not match its recorded hash")
                 build.library = str(library)
@@ -204,10 +208,12 @@ class BuildCache:
         staging = self.root / "staging" / f"entry-{key[:16]}-{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         meta = {"key": key, "ok": build.ok, "name": build.name, "log": build.log[-200_000:],
-                "mode": build.mode, "lean": build.lean, "seconds": build.seconds, "created": time.time()}
+                "mode": build.mode, "lean": build.lean, "seconds": build.seconds, "created": time.time(),
+                "file": build.file, "lowered": build.lowered}
         if build.ok:
-            shutil.copy2(library, staging / f"{build.name}.so")
-            meta["sha256"] = _sha256(staging / f"{build.name}.so")
+            file_name = build.file or f"{build.name}.so"
+            shutil.copy2(library, staging / file_name)
+            meta["sha256"] = _sha256(staging / file_name)
         (staging / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         try:
             os.rename(staging, self.entry_dir(key))

@@ -87,8 +87,23 @@ def scrubbed_environment(scratch: Path, extra: dict[str, str] | None = None) -> 
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", env["OMP_NUM_THREADS"])
     env.update(allocator_environment())
+    env.update(kernel_cache_environment(scratch))
     env.update(extra or {})
     return env
+
+
+def kernel_cache_environment(scratch: Path) -> dict[str, str]:
+    """Every cache a kernel compiler keeps on disk points into this worker's own, fresh scratch
+    directory: a candidate that writes a compiled kernel there (a forged cubin under the key of
+    another program's source) writes it where no later candidate looks. CuPy keeps what it
+    compiles in memory only (the host compiles the kernels it is asked for, sandbox/nvrtc.py);
+    Triton and torch.compile (Inductor) compile in process at first launch and cache here, so
+    each candidate compiles its kernels cold (docs/builds.md)."""
+    triton = scratch / ".triton"
+    return {"CUPY_CACHE_DIR": str(scratch / ".cupy" / "kernel_cache"), "CUPY_CACHE_IN_MEMORY": "1",
+            "TRITON_HOME": str(scratch), "TRITON_CACHE_DIR": str(triton / "cache"),
+            "TRITON_DUMP_DIR": str(triton / "dump"), "TRITON_OVERRIDE_DIR": str(triton / "override"),
+            "TORCHINDUCTOR_CACHE_DIR": str(scratch / "torchinductor")}
 
 
 # Where Debian, Ubuntu and Fedora put jemalloc's shared library (package libjemalloc2 /

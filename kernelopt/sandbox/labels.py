@@ -1,7 +1,8 @@
 """What kind of optimization a candidate is, from its code and from what its worker saw.
 
-The worker reports extension builds (and whether their functions were called during forward)
-and changed global numeric settings. The source's syntax tree (names and calls it uses; never
+The worker reports extension builds (and whether their functions were called during forward),
+the CuPy kernels the host compiled for it (builder "nvrtc": labelled from the source, as their
+launches are not counted) and changed global numeric settings. The source's syntax tree (names and calls it uses; never
 comments or string literals) tells Triton, CUDA graphs, torch.compile and NVRTC kernels apart.
 Code that is present but never runs (e.g. under `if False:`) can still earn a static label.
 The labels are reported, not judged: a PyTorch-level rewrite is allowed.
@@ -18,7 +19,8 @@ _NAME_KINDS = {
     "triton": ("triton.jit", "triton.autotune", "triton.language"),
     "cuda_graph": ("torch.cuda.CUDAGraph", "torch.cuda.graph", "torch.cuda.make_graphed_callables"),
     "torch_compile": ("torch.compile",),
-    "nvrtc_kernel": ("cupy.RawKernel", "cupy.RawModule", "cupy.ElementwiseKernel", "cuda.nvrtc"),
+    "nvrtc_kernel": ("cupy.RawKernel", "cupy.RawModule", "cupy.ElementwiseKernel", "cupy.ReductionKernel",
+                     "cupy.cuda.compile_with_cache", "cuda.nvrtc", "cuda.bindings.nvrtc"),
     "library_setting": ("torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32",
                         "torch.backends.cudnn.benchmark", "torch.set_float32_matmul_precision"),
 }
@@ -29,7 +31,8 @@ def optimization_kinds(source: str, builds: list[dict], extension_calls: int,
     """Return (kinds, flags) for a candidate."""
     kinds: list[str] = []
     flags: list[str] = []
-    built = [b for b in builds if isinstance(b, dict) and b.get("ok")]
+    builds = [b for b in builds if isinstance(b, dict) and b.get("builder") != "nvrtc"]
+    built = [b for b in builds if b.get("ok")]
     if built and extension_calls > 0:
         kinds.append("cuda_extension" if any(b.get("cuda") for b in built) else "cpp_extension")
     if builds and extension_calls == 0:

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import builds as builds_module
+from kernelopt.sandbox import nvrtc
 from kernelopt.sandbox import compare, isolation, labels, profiling, timing
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
@@ -233,6 +234,7 @@ class CandidateSession:
         self.aborted = False
         self._paused_at: float | None = None
         self.builds = build_service(options, backend)
+        self.kernel_compiles = nvrtc.NvrtcService(self.builds.cache, backend) if self.builds else None
         self.build_records: list[BuildRecord] = []
         self.candidate = self.reference = None
         self.timing_cpus = timing_cpus(options, device)
@@ -957,9 +959,12 @@ class CandidateSession:
             raise VerdictReached("rejected", "the candidate sent a build request it was not offered",
                           ("protocol_violation",))
         begin = time.monotonic()
+        service = self.kernel_compiles if nvrtc.is_request(raw) else self.builds  # CuPy's NVRTC, or load_inline
         try:
-            request = builds_module.parse_request(raw)
-            build = self.builds.build(request, self.device, self.deadline - 1.0)
+            if service is self.kernel_compiles:
+                build = service.compile(nvrtc.parse_request(raw), self.device, self.deadline - 1.0)
+            else:
+                build = service.build(builds_module.parse_request(raw), self.device, self.deadline - 1.0)
         except ValueError as exc:
             return {"cmd": "built", "ok": False, "error": str(exc)}
         except builds_module.BuildFailure as exc:
@@ -974,8 +979,9 @@ class CandidateSession:
         if not build.ok:
             return {"cmd": "built", "ok": False, "error": "compilation failed", "log": build.log,
                     "cached": build.cached}
-        path = self.builds.deliver(build, self.candidate.scratch)
-        return {"cmd": "built", "ok": True, "path": path, "cached": build.cached, "lean": build.lean}
+        path = service.deliver(build, self.candidate.scratch)
+        return {"cmd": "built", "ok": True, "path": path, "cached": build.cached, "lean": build.lean,
+                "lowered": build.lowered}
 
     def _fail(self, worker: WorkerProcess, reply: dict) -> None:
         kind, error = str(reply.get("kind", "runtime_error")), str(reply.get("error", "unknown error"))

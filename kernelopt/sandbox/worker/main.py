@@ -25,6 +25,7 @@ import time
 import traceback
 
 from . import wire
+from .cupy_hook import CupyCompiles
 
 _perf_ns = time.perf_counter_ns
 _getprofile, _gettrace = sys.getprofile, sys.gettrace
@@ -192,6 +193,7 @@ class Worker:
         self.guard = None
         self.fingerprint = None
         self.tracker = ExtensionTracker()
+        self.cupy = CupyCompiles(self.tracker)  # CuPy's compiles go to the host too (cupy_hook.py)
         self.settings_at_start = {}
         self.retained: list[list] = []  # clones of the last round's outputs, for `fetch`
         self.loads = 0
@@ -230,8 +232,9 @@ class Worker:
         # memory-bound kernel measured 0.6x-0.75x when only the candidate's had it).
         if not self.tracker.installed:
             self.tracker.install()
+            self.cupy.install()
         if self.role == "candidate" and msg.get("host_builds"):
-            self.tracker.request_build = self._request_build
+            self.tracker.request_build = self.cupy.request = self._request_build
         _warm_thread_pools()
         from .guard import Guard
 
@@ -257,6 +260,7 @@ class Worker:
             kind = "problem_error" if self.role == "reference" else "runtime_error"
             raise WorkerFailure(kind, f"{model_class.__name__}(*init_inputs) raised " + _describe(exc)) from None
         self.model = model
+        self.cupy.request = None  # a kernel made later (in forward) compiles in process, in memory
         self._check_interception("after the candidate loaded")
         self.timer = measure.Timer(self.device)
         self.fingerprint = measure.Fingerprinter(msg["fingerprint_seed"])

@@ -2,8 +2,10 @@
 # expect-status: correct
 # expect-kind: triton
 # marker: gpu
-# family: honest triton kernel
-# why: a plain Triton ReLU kernel; must be accepted and labelled triton
+# marker: triton
+# family: honest compiled extension
+# why: a Triton ReLU kernel (compiled in the worker at its first launch, into the worker's own
+#   cache directory); must be accepted and labelled
 import torch
 import torch.nn as nn
 import triton
@@ -11,23 +13,17 @@ import triton.language as tl
 
 
 @triton.jit
-def _relu_kernel(in_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n_elements
-    values = tl.load(in_ptr + offsets, mask=mask, other=0.0)
-    tl.store(out_ptr + offsets, tl.maximum(values, 0.0), mask=mask)
+def _relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(y_ptr + offsets, tl.maximum(x, 0.0), mask=mask)
 
 
 class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        src = x.contiguous()
-        out = torch.empty_like(src)
-        n = src.numel()
-        block = 1024
-        grid = (triton.cdiv(n, block),)
-        _relu_kernel[grid](src, out, n, BLOCK=block)
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        _relu_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
         return out
