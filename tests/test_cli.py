@@ -34,6 +34,7 @@ def test_json_mode_prints_exactly_one_object_with_the_contract_fields(example):
     assert len(result["trials"]) == 5 and all(t["passed"] for t in result["trials"])
     assert result["timing"]["candidate"]["samples"] >= 10
     assert result["environment"]["torch"] and result["environment"]["device"] == "cpu"
+    assert result["profile"] is None  # profiled only with --profile
     assert result["isolation"]["backend"] in ("bubblewrap", "unshare", "none")
 
 

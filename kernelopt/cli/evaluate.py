@@ -90,10 +90,19 @@ def print_result(result, as_json: bool, candidate: Path | None = None) -> None:
     """One verdict on stdout. In a batch (`candidate` given) a JSON object is one line with a
     "candidate" field, and a summary block starts with the candidate's path."""
     if candidate is None:
-        print(result.model_dump_json() if as_json else result.summary())
+        print(result.model_dump_json() if as_json else summary_text(result))
     elif as_json:
         record = {"candidate": str(candidate), **json.loads(result.model_dump_json())}
         print(json.dumps(record, separators=(",", ":")))
     else:
-        print(f"== {candidate}\n{result.summary()}\n")
+        print(f"== {candidate}\n{summary_text(result)}\n")
     sys.stdout.flush()  # each verdict as soon as it is reached
+
+
+def summary_text(result) -> str:
+    """The verdict's summary, then its profile's table (--profile, correct candidates)."""
+    if result.profile is None:
+        return result.summary()
+    from kernelopt.sandbox.profiling import table
+
+    return f"{result.summary()}\nprofile (advisory, outside the timed calls):\n{table(result.profile)}"
