@@ -15,6 +15,11 @@ devices (one problem at a time per device, `runner.run_on_devices`):
 4. the problem's record is appended to the log: its kind's fields (from the run's summary and
    the store) plus `run_failed` and the error when the run stopped on an error.
 
+On a Ray cluster (`SetJob.pool`, kernelopt/cluster), the searches run in the driver (their LLM
+calls too), two problems per judging actor so that an actor judges while another search waits
+on its LLM; every evaluation goes to an idle actor (the problem's warm one first), and the
+driver alone writes the log, runs.json and the store.
+
 Resume: a rerun with the same OUT skips every problem with a record, resumes a problem whose
 run OUT/runs.json names (run_search replays it from the store: no finished LLM call or
 evaluation is redone), and starts the others. A `run_failed` problem is resumed again on a
@@ -37,12 +42,14 @@ from pathlib import Path
 from kernelopt.agent.llm import LLMClient
 from kernelopt.agent.search import OptimizeConfig, RunSummary, run_search, start_run, stored_problem
 from kernelopt.agent.store import RunStore, StoreError
-from kernelopt.bench.runner import Progress, ResultLog, check_health_once, run_on_devices, write_summary
-from kernelopt.bench.summary import summarize_results
+from kernelopt.bench.runner import (Progress, ResultLog, check_health_once, record_health, run_on_devices,
+                                    write_summary)
+from kernelopt.bench.summary import device_sections, summarize_results
 from kernelopt.kernelbench import Problem, ProblemSet
 from kernelopt.sandbox import EvalOptions, EvalResult, Evaluator
 
 RUN_FAILED = "run_failed"
+PROBLEMS_PER_ACTOR = 2  # on a cluster: searches in flight per judging actor (one judged, one asking its LLM)
 PROBLEM_ERROR = "problem_error"
 # Health flags that leave nothing to optimize against: the reference itself cannot run here.
 UNRUNNABLE = ("reference_fails", "does_not_fit")
@@ -72,6 +79,7 @@ class SetJob:
     fields: Callable[[RunStore, str | None, RunSummary | None], dict]
     status: Callable[[RunSummary], str]  # a finished run's summary -> its record's status
     report: Callable[[str], None]
+    pool: object | None = None     # a kernelopt.cluster.JudgePool: judge on a Ray cluster's actors
 
 
 def run_over_set(job: SetJob) -> ResultLog:
@@ -82,12 +90,20 @@ def run_over_set(job: SetJob) -> ResultLog:
     runs = RunMap(job.out / "runs.json", job.template, job.store)
     pending = [p for p in job.problem_set if _pending(log, problem_key(job.kind, p))]
     runs.check_stored([problem_key(job.kind, p) for p in pending])
-    progress = Progress(len(job.problem_set), job.report, parallel=len(job.devices))
+    parallel = job.pool.size * PROBLEMS_PER_ACTOR if job.pool is not None else len(job.devices)
+    progress = Progress(len(job.problem_set), job.report, parallel=parallel)
     for problem in job.problem_set:
         key = problem_key(job.kind, problem)
         if not _pending(log, key):
             progress.step(problem_label(problem), log.records[key], None, note=_calls_note(log.records[key]))
-    run_on_devices(pending, job.devices, lambda problem, device: _solve(job, problem, device, log, runs, progress))
+    if job.pool is not None:
+        from kernelopt.cluster import run_on_pool
+
+        device = "cuda:0" if job.pool.device == "cuda" else "cpu"
+        run_on_pool(pending, job.pool, lambda problem: _solve(job, problem, device, log, runs, progress),
+                    per_actor=PROBLEMS_PER_ACTOR)
+    else:
+        run_on_devices(pending, job.devices, lambda problem, device: _solve(job, problem, device, log, runs, progress))
     return log
 
 
@@ -124,9 +140,10 @@ def _solve(job: SetJob, problem: Problem, device: str, log: ResultLog, runs: Run
     run_id = runs.get(key)
     # A resumed run goes on with the problem as it saw it (the file may have changed since).
     config, searched = _resumed(job, run_id) if run_id else (_fresh(job, problem, device), problem)
-    judge = ProblemEvaluator(searched, EvalOptions(device=device, **config.eval_options))
+    options = EvalOptions(device=device, **config.eval_options)
+    judge = ProblemEvaluator(searched, options) if job.pool is None else ClusterEvaluator(job.pool, searched, options)
     try:
-        health = check_health_once(judge.warm(), problem, judge.options, log, job.report)
+        health = judge.check_health(problem, log, job.report)
         unrunnable = [d for d in health["details"] if d.split(":", 1)[0] in UNRUNNABLE]
         if unrunnable:
             record = {**_base(key, job.kind, problem, None), **job.fields(job.store, None, None),
@@ -136,6 +153,7 @@ def _solve(job: SetJob, problem: Problem, device: str, log: ResultLog, runs: Run
                 run_id = start_run(job.store, config, searched)
                 runs.set(key, run_id)
             record = _run(job, key, problem, searched, config, run_id, device, judge)
+        record["device_model"] = judge.device_model
     finally:
         judge.close()
     log.add(record)
@@ -197,6 +215,16 @@ class ProblemEvaluator:
         self.problem, self.options = problem, options
         self._current: Evaluator | None = None
 
+    @property
+    def device_model(self) -> str:
+        from kernelopt.bench.baselines import device_model
+
+        return device_model(self.options.device)
+
+    def check_health(self, problem: Problem, log: ResultLog, report: Callable[[str], None]) -> dict:
+        """The reference's health record (probed once per problem, kept in the log)."""
+        return check_health_once(self.warm(), problem, self.options, log, report)
+
     def warm(self) -> Evaluator:
         if self._current is None:
             self._current = Evaluator(self.problem, self.options)
@@ -213,6 +241,33 @@ class ProblemEvaluator:
         if self._current is not None:
             self._current.close()
             self._current = None
+
+
+class ClusterEvaluator:
+    """ProblemEvaluator's part for a search whose candidates are judged on a Ray cluster's
+    actors (kernelopt.cluster.JudgePool): the health probe and each candidate go to an idle
+    actor, the problem's warm one first; the records are written here, in the driver."""
+
+    def __init__(self, pool, problem: Problem, options: EvalOptions):
+        self.options = options
+        self._remote = pool.evaluator(problem, options)
+
+    def check_health(self, problem: Problem, log: ResultLog, report: Callable[[str], None]) -> dict:
+        key = f"health/{problem.level}/{problem.problem_id}"
+        if key in log.records:
+            return log.records[key]
+        return record_health(problem, self._remote.health(), log, report)
+
+    @property
+    def device_model(self) -> str | None:
+        """The model of the device the last answer came from (the pool's, before any)."""
+        return self._remote.device_model or self._remote.pool.device_models[0]
+
+    def __call__(self, problem: Problem, code: str, options: EvalOptions) -> EvalResult:
+        return self._remote.evaluate(code)
+
+    def close(self) -> None:
+        self._remote.close()
 
 
 class RunMap:
@@ -280,15 +335,17 @@ def recorded_store(out: Path) -> str | None:
 # bench: the agent's records and summary ---------------------------------------------------------
 
 def bench_agent(problem_set: ProblemSet, template: OptimizeConfig, store: RunStore, out: Path,
-                devices: list[str], api_key: str | None, report: Callable[[str], None]) -> dict:
+                devices: list[str], api_key: str | None, report: Callable[[str], None], pool=None) -> dict:
     """`kernelopt bench` without --solutions: the agent on each problem; KernelBench's metrics
-    over the problems' best correct candidates (OUT/results.jsonl, OUT/summary.json)."""
+    over the problems' best correct candidates (OUT/results.jsonl, OUT/summary.json). `pool`:
+    judge on a Ray cluster's actors."""
     job = SetJob(problem_set=problem_set, template=template, store=store, out=out, devices=devices,
                  api_key=api_key, kind="agent", log_name="results.jsonl", fields=agent_fields,
-                 status=agent_status, report=report)
+                 status=agent_status, report=report, pool=pool)
     log = run_over_set(job)
     records = [r for r in log.records.values() if r.get("kind") == "agent"]
     summary = summarize_results(problem_set, log.records.values())
+    summary.update(device_sections(problem_set, log.records.values(), pool is not None and pool.spec.mix_devices))
     summary.update(n_problems_run=sum(1 for r in records if r["run_id"]),
                    statuses=dict(Counter(r["status"] for r in records)),
                    llm_calls=sum(r["llm_calls"] for r in records),

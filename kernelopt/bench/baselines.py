@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import subprocess
+import threading
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
@@ -106,23 +107,27 @@ class BaselineStore:
         default = Path(os.environ.get("KERNELOPT_BASELINES", "~/.cache/kernelopt/baselines.json"))
         self.path = Path(path or default).expanduser()
         self.data: dict = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self._lock = threading.Lock()  # problems measured concurrently (--ray) write from several threads
 
     def get(self, key: str) -> dict:
-        return self.data.get(key, {})
+        with self._lock:
+            return dict(self.data.get(key, {}))
 
     def put(self, key: str, name: str, record: dict) -> None:
-        self.data.setdefault(key, {})[name] = record
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-        os.replace(temporary, self.path)  # never a half-written store
+        with self._lock:
+            self.data.setdefault(key, {})[name] = record
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+            os.replace(temporary, self.path)  # never a half-written store
 
 
-def store_key(problem: Problem, options: EvalOptions, device: str) -> str:
+def store_key(problem: Problem, options: EvalOptions, device: str, model: str | None = None) -> str:
+    """`model`: the device's model where it is not this machine's (a cluster's actors)."""
     import torch
 
     image = f"|image {options.image}" if options.isolation == "docker" else ""
-    return (f"{problem.content_hash}|{device_model(device)}|torch {torch.__version__}|"
+    return (f"{problem.content_hash}|{model or device_model(device)}|torch {torch.__version__}|"
             f"cuda {torch.version.cuda}{image}")
 
 
@@ -149,31 +154,45 @@ def device_model(device: str) -> str:
 
 
 def measure_baselines(problem: Problem, names: list[str], options: EvalOptions, device: str,
-                      store: BaselineStore, report=lambda line: None) -> dict:
+                      store: BaselineStore, report=lambda line: None, pool=None) -> dict:
     """The baselines `names` for `problem` on `device`: from the store where present, measured
     (each judged as a candidate, so also checked for correctness) otherwise. Returns
-    {name: record} with `status`, `ms`, `speedup_vs_eager`."""
-    key = store_key(problem, options, device)
+    {name: record} with `status`, `ms`, `speedup_vs_eager`. `pool`: measure on a Ray cluster's
+    judging actors (kernelopt.cluster.JudgePool; stored under their device model); the store is
+    written here, by the driver, only."""
+    key = store_key(problem, options, device, pool.device_models[0] if pool is not None else None)
     missing = [n for n in names if n not in store.get(key)]
     if missing:
-        with Evaluator(problem, options, keep_spare=False) as evaluator:
-            reference_ms = None
-            for name in (n for n in missing if n != "eager"):
-                result = evaluator.evaluate(baseline_source(problem, name))
-                reference_ms = result.reference_ms or reference_ms
-                store.put(key, name, {"status": result.status, "ms": result.candidate_ms,
-                                      "speedup_vs_eager": result.speedup,
-                                      "message": "" if result.correct else result.message[:500]})
-                report(f"{problem.name}: {name} {result.status}"
-                       + (f" {result.speedup:.2f}x vs eager" if result.speedup else ""))
-            if "eager" in missing:
-                if reference_ms is None:  # eager alone: time the reference against itself
-                    reference_ms = evaluator.evaluate(
-                        problem.source.replace("class Model(", "class ModelNew(", 1)).reference_ms
-                store.put(key, "eager", {"status": "correct", "ms": reference_ms, "speedup_vs_eager": 1.0,
-                                         "message": ""})
+        compiled = [n for n in missing if n != "eager"]
+        reference_ms = None
+        for index, result in _verdicts(problem, options, [baseline_source(problem, n) for n in compiled], pool):
+            name = compiled[index]
+            reference_ms = result.reference_ms or reference_ms
+            store.put(key, name, {"status": result.status, "ms": result.candidate_ms,
+                                  "speedup_vs_eager": result.speedup,
+                                  "message": "" if result.correct else result.message[:500]})
+            report(f"{problem.name}: {name} {result.status}"
+                   + (f" {result.speedup:.2f}x vs eager" if result.speedup else ""))
+        if "eager" in missing:
+            if reference_ms is None:  # eager alone: time the reference against itself
+                itself = problem.source.replace("class Model(", "class ModelNew(", 1)
+                reference_ms = next(_verdicts(problem, options, [itself], pool))[1].reference_ms
+            store.put(key, "eager", {"status": "correct", "ms": reference_ms, "speedup_vs_eager": 1.0,
+                                     "message": ""})
     stored = store.get(key)
     return {name: stored[name] for name in names}
+
+
+def _verdicts(problem: Problem, options: EvalOptions, sources: list[str], pool):
+    """(index, verdict) for each source, one judged at a time: on this machine, each as it is
+    reached; on a cluster's actor, all when the call returns."""
+    if not sources:
+        return
+    if pool is not None:
+        yield from enumerate(pool.judge(problem, options, sources)["results"])
+        return
+    with Evaluator(problem, options, keep_spare=False) as evaluator:
+        yield from evaluator.evaluate_many(sources, jobs=1)
 
 
 def default_names(device: str, requested: list[str] | None = None) -> list[str]:

@@ -28,12 +28,12 @@ def calls_needed(samples: int, turns: int, critique: bool) -> int:
 
 
 def generate(problem_set: ProblemSet, template: OptimizeConfig, store: RunStore, out: Path,
-             devices: list[str], api_key: str | None, report: Callable[[str], None]) -> dict:
+             devices: list[str], api_key: str | None, report: Callable[[str], None], pool=None) -> dict:
     """Runs the samples strategy on every problem without a line in OUT/generate.jsonl; returns
-    the summary over all of them."""
+    the summary over all of them. `pool`: judge on a Ray cluster's actors (kernelopt.cluster)."""
     job = SetJob(problem_set=problem_set, template=template, store=store, out=out, devices=devices,
                  api_key=api_key, kind="generate", log_name="generate.jsonl", fields=generate_fields,
-                 status=lambda summary: "finished", report=report)
+                 status=lambda summary: "finished", report=report, pool=pool)
     log = run_over_set(job)
     records = [r for r in log.records.values() if r.get("kind") == "generate"]
     verdicts: Counter[str] = Counter()

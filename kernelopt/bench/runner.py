@@ -155,12 +155,16 @@ def check_health_once(evaluator, problem, options: EvalOptions, log: ResultLog, 
     key = f"health/{problem.level}/{problem.problem_id}"
     if key in log.records:
         return log.records[key]
-    health = check_health(evaluator, options)
-    record = {"key": key, "kind": "health", "level": problem.level, "problem_id": problem.problem_id,
-              **health.as_dict()}
+    return record_health(problem, check_health(evaluator, options).as_dict(), log, report)
+
+
+def record_health(problem, health: dict, log: ResultLog, report) -> dict:
+    """A health probe's outcome (Health.as_dict, probed here or on a cluster's actor) in the log."""
+    record = {"key": f"health/{problem.level}/{problem.problem_id}", "kind": "health", "level": problem.level,
+              "problem_id": problem.problem_id, **health}
     log.add(record)
-    if not health.healthy:
-        report(f"level {problem.level} problem {problem.problem_id}: reference flagged: " + "; ".join(health.details))
+    if not health["healthy"]:
+        report(f"level {problem.level} problem {problem.problem_id}: reference flagged: " + "; ".join(health["details"]))
     return record
 
 

@@ -30,18 +30,18 @@ def level_summary(problem_set: ProblemSet, best: dict, health: dict) -> dict:
 
 
 def against_baselines(problem_set: ProblemSet, best: dict, names: list[str], options: EvalOptions, store,
-                      report) -> dict:
+                      report, pool=None) -> dict:
     """The same metrics with each correct speedup divided by the baseline's speedup over eager
     (a baseline that is not correct itself counts as eager). Baselines are measured only for
     problems with a correct solution: the others fail against any baseline. `best`: each
-    problem's best outcome, as best_outcomes gives it."""
+    problem's best outcome, as best_outcomes gives it; `pool`: measured on a cluster's actors."""
     measured = {}
     for problem in problem_set:
         outcome = best.get((problem.level, problem.problem_id))
         if outcome and outcome.correct:
             key = (problem.level, problem.problem_id)
             try:
-                measured[key] = measure_baselines(problem, names, options, options.device, store, report)
+                measured[key] = measure_baselines(problem, names, options, options.device, store, report, pool=pool)
             except ProblemError as exc:  # cannot happen for a reference that judged a sample; be safe
                 report(f"level {problem.level} problem {problem.problem_id}: no baselines: {exc}")
                 measured[key] = {name: {"status": "problem_error", "speedup_vs_eager": None} for name in names}
@@ -57,6 +57,29 @@ def against_baselines(problem_set: ProblemSet, best: dict, names: list[str], opt
                 relative[key] = outcome
         result[name] = _per_level(problem_set, relative)
     return result
+
+
+class MixedDevicesError(ValueError):
+    """A pass's verdicts were measured on different device models and no one asked to mix them."""
+
+
+def device_sections(problem_set: ProblemSet, records, mix: bool) -> dict:
+    """The device models the verdicts were measured on ("device_models"), and when there are
+    several, the metrics per model ("by_device_model"): a speedup measured on one GPU model
+    means little next to one from another, so a pass that mixes models raises
+    MixedDevicesError unless `mix` (--ray-mix-devices) asks for the mixed overall numbers."""
+    records = list(records)
+    models = sorted({r["device_model"] for r in records if r.get("device_model") and r.get("kind") != "health"})
+    if len(models) <= 1:
+        return {"device_models": models}
+    if not mix:
+        raise MixedDevicesError(f"the verdicts were measured on {len(models)} device models ({'; '.join(models)}): "
+                                "their speedups do not make one number. Rerun with --ray-mix-devices for the "
+                                "metrics per model (and mixed overall), or judge on one model (another --out)")
+    return {"device_models": models, "by_device_model": {
+        model: summarize_results(problem_set, [r for r in records if r.get("kind") == "health"
+                                               or r.get("device_model") == model])
+        for model in models}}
 
 
 def best_outcomes(records) -> tuple[dict, dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from kernelopt.cli.cluster import add_ray_options, ray_pool
 from kernelopt.cli.errors import EXIT_OK, EnvironmentFailure, UsageError
 from kernelopt.cli.options import add_field_option, add_problem_set_options
 from kernelopt.cli.selection import problem_set_from
@@ -25,42 +26,70 @@ def add_command(commands) -> None:
     add_field_option(p, "device")
     add_field_option(p, "timing_budget")
     add_field_option(p, "timeout", default=600.0)  # torch.compile compiles within the evaluation
+    add_ray_options(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.set_defaults(handler=run_baselines)
 
 
 def run_baselines(args) -> int:
-    from kernelopt.cli.console import ConsoleProgress
-    from kernelopt.bench.baselines import BaselineStore, default_names, measure_baselines
-    from kernelopt.kernelbench import ProblemError, ProblemSetError
+    from kernelopt.bench.baselines import BaselineStore, default_names
+    from kernelopt.kernelbench import ProblemSetError
     from kernelopt.sandbox import EvalOptions
-    from kernelopt.sandbox.process import SandboxError
     from kernelopt.sandbox.device import resolve_device
 
     try:
         problem_set = problem_set_from(args)
-        device = resolve_device(args.device)
-        names = default_names(device, args.baselines.split(",") if args.baselines else None)
+        device = args.device if args.ray else resolve_device(args.device)  # --ray: each actor's own device
+        if not args.ray:
+            names = default_names(device, args.baselines.split(",") if args.baselines else None)
         options = EvalOptions(device=device, timing_budget=args.timing_budget, timeout=args.timeout)
     except (ProblemSetError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     store = BaselineStore(args.store)
-    rows = []
-    problems = list(problem_set)
-    with ConsoleProgress("baselines") as report:
-        for done, problem in enumerate(problems, 1):
+    with ray_pool(args, device) as pool:
+        if pool is not None:
+            device = pool.device
             try:
-                measured = measure_baselines(problem, names, options, device, store, report=report)
+                names = default_names(device, args.baselines.split(",") if args.baselines else None)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from exc
+        rows = measure_set(list(problem_set), names, options, device, store, pool)
+    report = {"device": device, "store": str(store.path), "problems": rows}
+    print(json.dumps(report) if args.json else render(rows, names))
+    return EXIT_OK
+
+
+def measure_set(problems: list, names: list[str], options, device: str, store, pool) -> list[dict]:
+    """Each problem's baselines, in set order: one problem after another here, or one at a time
+    per judging actor with --ray (the store written by this process only)."""
+    from kernelopt.bench.baselines import measure_baselines
+    from kernelopt.cli.console import ConsoleProgress
+    from kernelopt.kernelbench import ProblemError
+    from kernelopt.sandbox.process import SandboxError
+
+    rows: dict[int, dict] = {}
+    with ConsoleProgress("baselines") as report:
+        def measure(item) -> None:
+            index, problem = item
+            try:
+                measured = measure_baselines(problem, names, options, device, store, report=report, pool=pool)
             except ProblemError as exc:
                 measured = {name: {"status": "problem_error", "message": str(exc)} for name in names}
             except SandboxError as exc:
                 raise EnvironmentFailure(str(exc)) from exc
-            rows.append({"level": problem.level, "problem_id": problem.problem_id, "name": problem.name,
-                         "baselines": measured})
-            report.update(done, len(problems))
-    report = {"device": device, "store": str(store.path), "problems": rows}
-    print(json.dumps(report) if args.json else render(rows, names))
-    return EXIT_OK
+            rows[index] = {"level": problem.level, "problem_id": problem.problem_id, "name": problem.name,
+                           "baselines": measured}
+            report.update(len(rows), len(problems))
+
+        items = list(enumerate(problems))
+        if pool is None:
+            for item in items:
+                measure(item)
+        else:
+            from kernelopt.cluster import run_on_pool
+
+            run_on_pool(items, pool, measure)
+    return [rows[index] for index in sorted(rows)]
 
 
 def render(rows: list[dict], names: list[str]) -> str:

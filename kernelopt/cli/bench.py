@@ -7,17 +7,20 @@
   published.py): its entries' ref_code are the problems, so no --kernelbench is taken.
 
 Both are resumable from OUT, continue past failing problems, take `--gpus` (one problem at a
-time per GPU) and end with KernelBench's metrics per level, printed and in OUT/summary.json.
+time per GPU) or `--ray [ADDRESS]` (one problem at a time per judging actor of a Ray cluster,
+kernelopt/cluster; results still written by this process alone) and end with KernelBench's metrics per level, printed and in OUT/summary.json.
 Exit codes: 0 when every problem has its result; 1 (agent mode) when some run stopped on an
 error (a rerun resumes it); 2 for unusable input or endpoint; 3 when the sandbox cannot run.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 from kernelopt.cli.agent_setup import agent_setup, run_set
+from kernelopt.cli.cluster import add_ray_options, ray_pool
 from kernelopt.cli.console import ConsoleProgress
 from kernelopt.cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
 from kernelopt.cli.options import (
@@ -50,6 +53,7 @@ def add_command(commands) -> None:
                    help="results folder; rerunning with it resumes (default kernelopt-bench/<solutions folder>, "
                         "or kernelopt-bench/<set>-<model>-<strategy> for the agent)")
     add_gpus_option(p)
+    add_ray_options(p)
     p.add_argument("--jobs", type=int, default=2, help="solutions: candidates of one problem in flight (default 2)")
     p.add_argument("--baselines", default=None, metavar="NAMES",
                    help="also report the metrics against these baselines (comma-separated, e.g. "
@@ -89,7 +93,8 @@ def run_agent(args) -> int:
     setup = agent_setup(args, "bench --kernelbench SET", "kernelopt-bench", strategy=args.strategy)
     if setup is None:
         return EXIT_BAD_INPUT
-    summary = run_set(bench_agent, *setup)
+    with ray_pool(args, args.device) as pool:
+        summary = run_set(functools.partial(bench_agent, pool=pool), *setup)
     print(json.dumps(summary) if args.json else render(summary))
     return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK
 
@@ -115,7 +120,7 @@ def run_rescore(args) -> int:
                          "published release file, e.g. CUDA-L1's h100.json, carries its own problems)")
     try:
         problem_set = problem_set_from(args)
-        devices = devices_from(args)
+        devices = [args.device] if args.ray else devices_from(args)  # --ray: each actor's own device
         options = EvalOptions(device=devices[0], **run_eval_settings(args))
         names = default_names(devices[0], args.baselines.split(",")) if args.baselines else None
     except ProblemSetError as exc:
@@ -142,7 +147,7 @@ def run_published(args, path: Path) -> int:
     try:
         published = read_published(path, levels=parse_id_ranges(args.level) if args.level else None,
                                    ids=parse_id_ranges(args.problems) if args.problems else None)
-        devices = devices_from(args)
+        devices = [args.device] if args.ray else devices_from(args)  # --ray: each actor's own device
         options = EvalOptions(device=devices[0], **run_eval_settings(args))
         names = default_names(devices[0], args.baselines.split(",")) if args.baselines else None
     except ProblemSetError as exc:
@@ -166,15 +171,17 @@ def rescore_and_print(args, problem_set, solutions, options, out: Path, names, d
     from kernelopt.sandbox.isolation import IsolationError
     from kernelopt.sandbox.process import SandboxError
 
+    from kernelopt.bench.summary import MixedDevicesError
+
     extra = {"annotate": annotate} if annotate else {}
     try:
-        with ConsoleProgress("judging") as report:
+        with ray_pool(args, options.device) as pool, ConsoleProgress("judging") as report:
             for line in notes:
                 report(line)
             summary = rescore(problem_set, solutions, options, out, max(1, args.jobs), report, baselines=names,
                               store=BaselineStore(args.baseline_store) if names else None, devices=devices,
-                              **extra)
-    except IsolationError as exc:
+                              pool=pool, mix_devices=args.ray_mix_devices, **extra)
+    except (IsolationError, MixedDevicesError) as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:
         raise EnvironmentFailure(str(exc)) from exc

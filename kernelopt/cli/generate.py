@@ -2,14 +2,17 @@
 (kernelopt/bench/generate.py). The set is `--problems SET` as issue 6 names it (`--kernelbench`
 is the same option, as bench spells it), and the id subset is `--ids`. Everything else (the
 endpoint, LLM, evaluation options, --gpus, --store, resume from --out) is as for bench's agent
-mode, whose set-up it shares. Exit codes as bench's.
+mode, whose set-up it shares, and so is `--ray [ADDRESS]` (candidates judged on a Ray cluster's
+actors, the LLM calls and every record in this process). Exit codes as bench's.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 
 from kernelopt.cli.agent_setup import agent_setup, run_set
+from kernelopt.cli.cluster import add_ray_options, ray_pool
 from kernelopt.cli.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, UsageError
 from kernelopt.cli.options import (
     add_budget_options,
@@ -45,6 +48,7 @@ def add_command(commands) -> None:
     add_run_eval_options(p)
     out = p.add_argument_group("records")
     add_gpus_option(out)
+    add_ray_options(p)
     out.add_argument("--out", default=None, metavar="DIR",
                      help="results folder (OUT/generate.jsonl); rerunning with it resumes "
                           "(default kernelopt-generate/<set>-<model>-samples)")
@@ -68,7 +72,8 @@ def run_generate(args) -> int:
                         strategy_options=options)
     if setup is None:
         return EXIT_BAD_INPUT
-    summary = run_set(generate, *setup)
+    with ray_pool(args, args.device) as pool:
+        summary = run_set(functools.partial(generate, pool=pool), *setup)
     print(json.dumps(summary) if args.json else render(summary))
     return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK
 

@@ -1,7 +1,8 @@
 """`kernelopt serve`: the reward service for RL trainers (kernelopt/rewards/service/,
 docs/serve.md). Checks everything it can before listening (device, sandbox backend, reward
 spec, problem set, port), prints the URL on stderr and serves until Ctrl-C or SIGTERM, then
-answers the requests it accepted before it exits."""
+answers the requests it accepted before it exits. With `--ray [ADDRESS]` the lanes judge on a
+Ray cluster's actors (kernelopt/cluster), one problem at a time per actor."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import sys
 import threading
 
+from kernelopt.cli.cluster import add_ray_options, ray_pool
 from kernelopt.cli.errors import EXIT_OK, UsageError
 from kernelopt.cli.options import add_judging_options, add_problem_set_options, judging_options, parse_size
 from kernelopt.cli.selection import problem_set_from
@@ -48,13 +50,20 @@ def add_command(commands) -> None:
                          help="largest request body (default 16M)")
     service.add_argument("--quiet", action="store_true", help="no line on stderr per request")
     add_judging_options(p.add_argument_group("evaluation (as for kernelopt eval)"))
+    add_ray_options(p)
     p.set_defaults(handler=run_serve)
 
 
 def run_serve(args) -> int:
-    service = make_service(args)
+    with ray_pool(args, args.device) as pool:
+        return serve(args, pool)
+
+
+def serve(args, pool) -> int:
+    service = make_service(args, pool)
     server = listen(service, args)
-    print(f"kernelopt serve: listening on {server.url} (device {service.options.device}, "
+    where = pool.describe() if pool is not None else f"device {service.options.device}"
+    print(f"kernelopt serve: listening on {server.url} ({where}, "
           f"{len(service.catalog)} problems, reward {service.default_reward.spec}); Ctrl-C stops",
           file=sys.stderr, flush=True)
     # SIGTERM stops like Ctrl-C. shutdown() waits for serve_forever, which runs in this thread,
@@ -70,8 +79,9 @@ def run_serve(args) -> int:
     return EXIT_OK
 
 
-def make_service(args):
-    """The RewardService the arguments describe; UsageError for anything unusable."""
+def make_service(args, pool=None):
+    """The RewardService the arguments describe; UsageError for anything unusable. `pool`: a
+    kernelopt.cluster.JudgePool whose actors judge (one lane per actor at a time)."""
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.rewards import RewardError
     from kernelopt.rewards.service import RewardService
@@ -87,6 +97,11 @@ def make_service(args):
         problems = problem_set_from(args) if args.kernelbench else ()
         options = EvalOptions(**judging_options(args))
         select_backend(options.isolation, options.image)  # fail now, not at the first request
+        if pool is not None:  # each actor judges on its own device; here the options only parse requests
+            return RewardService(problems, options.model_copy(update={"device": "cpu"}), reward=args.reward,
+                                 jobs=args.jobs, queue_size=args.queue_size, concurrency=pool.size,
+                                 request_timeout=args.request_timeout, cache_size=max(args.cache_size, 2 * pool.size),
+                                 evaluator_factory=pool.evaluator_factory())
         return RewardService(problems, options, reward=args.reward, jobs=args.jobs, queue_size=args.queue_size,
                              concurrency=args.concurrency, request_timeout=args.request_timeout,
                              cache_size=args.cache_size)
