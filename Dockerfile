@@ -5,7 +5,9 @@
 # It holds the worker code only (kernelopt/sandbox/worker: the standard library, torch and
 # its own modules), never the host's code, keys or run store. The CUDA toolkit matches the
 # CUDA build of torch, so candidates' load_inline/load builds work inside it; ninja builds
-# them and CuPy serves raw-kernel (NVRTC) candidates. Change both CUDA versions together:
+# them, CuPy serves raw-kernel (NVRTC) candidates (--backend cupy; in a container they compile
+# in the worker, in memory only) and Triton comes with torch's CUDA wheel (--backend triton).
+# Change both CUDA versions together:
 #   docker build --build-arg CUDA_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04 \
 #                --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 \
 #                --build-arg CUPY=cupy-cuda12x -t kernelopt-sandbox .

@@ -23,6 +23,22 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
 fi
 $PIP install -q -e '.[dev]'
 
+# The cupy and triton backends (docs/builds.md). CuPy: the wheel for torch's CUDA major version
+# (CUDA 13 without a GPU: it imports without one, for the tests of the worker's hook). NVRTC: the
+# host compiles CuPy kernels with it; torch's CUDA wheels bring it, a CPU machine gets the wheel.
+# Triton: torch's CUDA wheels bring it; only a GPU machine needs it.
+cuda_major=$(.venv/bin/python -c "import torch; print((torch.version.cuda or '13').split('.')[0])")
+gpu_torch=$(.venv/bin/python -c "import torch; print(int(torch.version.cuda is not None))")
+if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('cupy') is None)"; then
+  $PIP install -q "cupy-cuda${cuda_major}x" || echo "note: could not install cupy-cuda${cuda_major}x; --backend cupy is unavailable" >&2
+fi
+if ! .venv/bin/python -c "import sys; from kernelopt.sandbox.nvrtc import find_libnvrtc; sys.exit(find_libnvrtc() is None)"; then
+  $PIP install -q nvidia-cuda-nvrtc || echo "note: could not install nvidia-cuda-nvrtc; CuPy kernels compile in the workers, uncached" >&2
+fi
+if [ "$gpu_torch" = 1 ] && ! .venv/bin/python -c "import triton" >/dev/null 2>&1; then
+  $PIP install -q triton || echo "note: could not install triton; --backend triton is unavailable" >&2
+fi
+
 # bubblewrap: the sandbox's strongest backend. Without it kernelopt falls back (and says so).
 if ! command -v bwrap >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -399,3 +399,36 @@ def test_a_cubin_planted_under_the_next_candidates_key_is_not_served(tmp_path):
     stored = entry / "kernel.cubin"
     assert stored.read_bytes() != forged
     assert hashlib.sha256(stored.read_bytes()).hexdigest() != hashlib.sha256(forged).hexdigest()
+
+
+# kernelopt doctor -----------------------------------------------------------------------------------------
+
+def test_doctor_reports_nvrtc_cupy_and_triton_as_available_or_not(monkeypatch, tmp_path):
+    from kernelopt.sandbox import doctor
+
+    report = doctor.Report()
+    checks = {c.name: c for c in doctor._check_kernel_languages(report, {"build": None, "available": False})}
+    assert set(checks) == {"nvrtc", "cupy", "triton"} and not any(c.required for c in checks.values())
+    assert checks["cupy"].ok == HAS_CUPY
+    if HAS_CUPY:  # availability, with what it needs, not an error
+        assert "--backend cupy can run (its kernels need a GPU; none here)" in checks["cupy"].detail
+        assert report.versions["cupy"]
+    else:
+        assert "cupy-cuda13x" in checks["cupy"].fix
+    assert checks["triton"].ok == (importlib.util.find_spec("triton") is not None)
+    assert checks["triton"].ok or "kernelopt[triton]" in checks["triton"].fix
+    assert checks["nvrtc"].ok == (LIBNVRTC is not None)
+    if LIBNVRTC:
+        assert report.versions["nvrtc"] == NVRTC_VERSION and LIBNVRTC in checks["nvrtc"].detail
+    monkeypatch.setenv("KERNELOPT_NVRTC", str(tmp_path / "libnvrtc.so.0"))
+    nvrtc.find_libnvrtc.cache_clear()
+    try:
+        missing = doctor._check_kernel_languages(doctor.Report(), {"build": "12.8", "available": False})
+        by_name = {c.name: c for c in missing}
+        assert not by_name["nvrtc"].ok and "cannot be loaded" in by_name["nvrtc"].detail
+        assert "nvidia-cuda-nvrtc" in by_name["nvrtc"].fix
+        if not HAS_CUPY:
+            assert "cupy-cuda12x" in by_name["cupy"].fix  # the wheel for torch's CUDA
+    finally:
+        monkeypatch.delenv("KERNELOPT_NVRTC")
+        nvrtc.find_libnvrtc.cache_clear()

@@ -58,6 +58,7 @@ def diagnose() -> Report:
     report.checks.append(_check_allocator())
     report.checks.extend(_check_backends(report))
     report.checks.append(_check_build_cache(torch_cuda))
+    report.checks.extend(_check_kernel_languages(report, torch_cuda))
     if report.gpus and torch_check.ok:
         report.default_device = "cuda:0" if torch_cuda.get("available") else "cpu"
     return report
@@ -175,6 +176,40 @@ def _check_build_cache(torch_cuda: dict) -> Check:
     fix = "" if ok else ("kernelopt cache warm (once per machine, a few minutes): cold extension builds "
                          "then skip parsing torch's headers")
     return Check("build-cache", ok, detail, fix)
+
+
+def _check_kernel_languages(report: Report, torch_cuda: dict) -> list[Check]:
+    """What the cupy and triton backends need (kernelbench/backends.py): NVRTC on the host (it
+    compiles CuPy kernels, sandbox/nvrtc.py), CuPy and Triton in the workers. None is required:
+    on a machine without a GPU they are reported for what they are, not as errors."""
+    from importlib import metadata
+
+    from kernelopt.sandbox.nvrtc import nvrtc_available
+
+    checks = []
+    library, version = nvrtc_available()
+    if library:
+        report.versions["nvrtc"] = version
+        checks.append(Check("nvrtc", True, f"NVRTC {version} ({library}): the host compiles CuPy kernels"))
+    else:
+        checks.append(Check("nvrtc", False, f"{version}: CuPy kernels compile in the workers, uncached",
+                            "pip install nvidia-cuda-nvrtc (or the CUDA toolkit), or set KERNELOPT_NVRTC"))
+    gpu = "" if torch_cuda.get("available") else " (its kernels need a GPU; none here)"
+    cuda_major = str(torch_cuda.get("build") or "13").split(".")[0]
+    wheels = {"cupy": f"pip install cupy-cuda{cuda_major}x (kernelopt[cupy] is the CUDA 13 wheel)",
+              "triton": "pip install 'kernelopt[triton]' (torch's CUDA wheels bring it)"}
+    distributions = {"cupy": lambda name: name == "cupy" or name.startswith("cupy-cuda"),
+                     "triton": lambda name: name in ("triton", "pytorch-triton")}
+    for package, fix in wheels.items():
+        found = [d for d in metadata.distributions()
+                 if distributions[package]((d.metadata["Name"] or "").lower().replace("_", "-"))]
+        if found:
+            name, found_version = found[0].metadata["Name"], found[0].version
+            report.versions[package] = found_version
+            checks.append(Check(package, True, f"{name} {found_version}: --backend {package} can run{gpu}"))
+        else:
+            checks.append(Check(package, False, f"not installed: --backend {package} is unavailable", fix))
+    return checks
 
 
 def _check_allocator() -> Check:
