@@ -200,3 +200,50 @@ def test_gpu_profile_names_kernels_and_nsight_compute_metrics_where_permitted(tm
         assert any("Nsight Compute" in note for note in profile.notes)  # said why, and the verdict stands
     else:
         assert metrics and all(0 <= value <= 100 for found in metrics for value in found.values())
+
+
+SOFTMAX = REPO / "examples/level1/4_RedundantSoftmax.py"
+SOFTMAX_PROGRAM = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim={dim})
+"""
+
+
+def test_the_refine_prompt_after_a_correct_candidate_shows_the_device_and_the_profile(monkeypatch, capsys, tmp_path):
+    """Through the real agent: optimize (refine, profiling by default) against the scripted LLM
+    server; the second request is the refine prompt on the first, correct, candidate."""
+    from llm_server import ScriptedLLMServer
+
+    from kernelopt.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("KERNELOPT_MODEL", raising=False)
+    store = tmp_path / "runs.sqlite"
+    script = [f"```python\n{SOFTMAX_PROGRAM.format(dim=-1)}```", f"```python\n{SOFTMAX_PROGRAM.format(dim=1)}```"]
+    with ScriptedLLMServer(script) as server:
+        code = main(["optimize", str(SOFTMAX), "--model", "test-model", "--base-url", server.url, "--store",
+                     str(store), "--json", "--device", "cpu", "--timing-budget", "1", "--correctness-trials", "2",
+                     "--budget", "2"])
+        requests = list(server.requests)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    summary = json.loads(out)
+    system, user = (message["content"] for message in requests[1]["messages"])
+    assert "The hardware your code is timed on:" in system and "ONE CPU thread" in system
+    assert "Where its time goes" not in requests[0]["messages"][1]["content"]  # nothing judged yet
+    assert "It is correct." in user and "Where its time goes" in user
+    profile_part = user.split("Where its time goes", 1)[1]
+    assert "reference:" in profile_part and "candidate:" in profile_part and "aten::mm" in profile_part
+    assert "softmax" in profile_part and f"{2 * 2048 * 2048 * 64 / 1e6:.4g} MFLOP" in profile_part  # x.t() @ x
+
+    assert main(["runs", "show", summary["run_id"], "--store", str(store)]) == 0
+    shown = capsys.readouterr().out
+    assert "ms per forward in ops" in shown and "aten::mm" in shown
+    assert main(["runs", "show", summary["run_id"], "--store", str(store), "--json"]) == 0
+    candidates = json.loads(capsys.readouterr().out)["candidates"]
+    assert candidates[0]["profile"]["roofline"]["flops"] == 2 * 2048 * 2048 * 64

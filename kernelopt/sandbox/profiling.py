@@ -154,22 +154,23 @@ def table(profile: Profile) -> str:
     for who, side in (("reference", profile.reference), ("candidate", profile.candidate)):
         if side is None:
             continue
-        unit = "kernels" if side.unit == "kernel" else "ops, self time"
-        lines.append(f"{who}: {side.total_ms:.4g} ms per forward in {unit} (torch.profiler, "
+        unit = "GPU kernels" if side.unit == "kernel" else "CPU ops, self time"
+        lines.append(f"{who}: {side.total_ms:.4g} ms per forward in {unit} (torch.profiler over "
                      f"{side.iterations} calls)")
-        lines.extend(f"  {row.share:6.1%}  x{row.calls:<4.3g} {row.ms:8.4g} ms  {_shown(row.name)}{_metrics(row)}"
+        lines.append(f"  {'share':>6s} {'ms':>9s} {'calls':>6s}  {side.unit}")
+        lines.extend(f"  {row.share:6.1%} {row.ms:9.4g} {row.calls:6.3g}  {_shown(row.name)}{_metrics(row)}"
                      for row in side.rows)
     line = profile.roofline
     if line is not None:
         flops = (f"{line.flops / 1e6:.4g} MFLOP" if line.flops else "FLOPs not counted" if line.flops is None
                  else "0 FLOPs counted (only matmuls, convolutions and attention count)")
-        lines.append(f"roofline: {flops}, >= {line.bytes / 1e6:.4g} MB moved (inputs, weights, outputs once: "
-                     "a lower bound)"
+        lines.append(f"roofline (the problem's work, counted on the reference): {flops}, >= "
+                     f"{line.bytes / 1e6:.4g} MB moved (inputs, weights, outputs once: a lower bound)"
                      + (f"; peak {line.peak_tflops:g} TFLOP/s {line.precision.upper()}" if line.peak_tflops else "")
                      + (f", {line.peak_tbs:g} TB/s" if line.peak_tbs else ""))
         for who, side in (("reference", profile.reference), ("candidate", profile.candidate)):
             if side is not None and side.measured_ms is not None:
-                lines.append(f"  {who} at {side.measured_ms:.4g} ms: " + _rates(side))
+                lines.append(f"  {who} at its {side.measured_ms:.4g} ms per call: " + _rates(side))
     lines.extend(f"note: {note}" for note in profile.notes)
     return "\n".join(lines)
 
