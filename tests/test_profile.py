@@ -247,3 +247,33 @@ def test_the_refine_prompt_after_a_correct_candidate_shows_the_device_and_the_pr
     assert main(["runs", "show", summary["run_id"], "--store", str(store), "--json"]) == 0
     candidates = json.loads(capsys.readouterr().out)["candidates"]
     assert candidates[0]["profile"]["roofline"]["flops"] == 2 * 2048 * 2048 * 64
+
+
+def test_the_report_shows_each_problems_profile(tmp_path, capsys):
+    from test_report import problem_set, verdict, write_run
+
+    from kernelopt.cli import main
+
+    problems = problem_set(tmp_path, [(1, 1, "ReLU"), (1, 2, "Tanh")])
+    line = profiling.roofline({"flops": 0, "bytes": 8 << 20, "precision": "fp32"}, "cuda:0", "NVIDIA H100 80GB HBM3")
+    sides = []
+    for name, ms in (("void at::native::vectorized_elementwise_kernel<relu>(int)", 0.02), ("relu_kernel", 0.005)):
+        side = SideProfile(unit="kernel", total_ms=ms, iterations=10,
+                           rows=[ProfileRow(name=name, share=0.97, calls=1, ms=ms), ProfileRow(
+                               name="other", share=0.03, calls=1, ms=0.0001)])
+        profiling.with_rates(side, ms * 1.2, line)
+        sides.append(side)
+    profile = Profile(device="cuda:0", reference=sides[0], candidate=sides[1], roofline=line,
+                      notes=["Nsight Compute (ncu) not found: no per-kernel throughput metrics"])
+    records = [dict(verdict(1, 1, 0, "correct", 4.0), profile=profile.model_dump()), verdict(1, 2, 0, "incorrect")]
+    write_run(tmp_path / "run", problems, records, "solutions")
+    assert main(["report", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    assert "## Profiles" in markdown
+    row = next(r for r in markdown.splitlines() if r.startswith("| 1 | 1 | ReLU |") and "relu_kernel" in r)
+    assert "relu_kernel (97%)" in row and "vectorized_elementwise_kernel" in row
+    assert f"{sides[1].speed_of_light:.1%} of speed of light" in row and "ncu) not found" in row
+    assert not any(r.startswith("| 1 | 2 | Tanh |") and "speed of light" in r for r in markdown.splitlines())
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "Profiles" in html and "relu_kernel (97%)" in html

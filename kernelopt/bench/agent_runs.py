@@ -363,7 +363,16 @@ def agent_fields(store: RunStore, run_id: str | None, summary: RunSummary | None
             "llm_calls": len(calls), "optimization_kinds": list(best.optimization_kinds) if best else [],
             "flags": list(best.flags) if best else [], "wall_s": summary.wall_s if summary else 0.0,
             "cost": round(sum(c["cost"] or 0.0 for c in calls), 6),
-            "best_by_call": best_by_call(store, run_id) if run_id else []}
+            "best_by_call": best_by_call(store, run_id) if run_id else [],
+            "profile": best_profile(store, run_id, best.candidate_id) if best and run_id else None}
+
+
+def best_profile(store: RunStore, run_id: str, candidate_id: int | None) -> dict | None:
+    """The best candidate's profile (--profile; refine, tree and evolve profile by default)."""
+    for row in store.candidates_with_calls(run_id):
+        if row["id"] == candidate_id and row.get("result"):
+            return json.loads(row["result"]).get("profile")
+    return None
 
 
 def agent_status(summary: RunSummary) -> str:

@@ -149,9 +149,12 @@ def _judge_remotely(pool, problem, pending: list[Solution], options: EvalOptions
 
 
 def _verdict_record(solution: Solution, result, model: str) -> dict:
-    return _record(solution, status=result.status, speedup=result.speedup, message=result.message,
-                   kinds=result.optimization_kinds, flags=result.flags, timing=_timing_summary(result),
-                   device_model=model)
+    record = _record(solution, status=result.status, speedup=result.speedup, message=result.message,
+                     kinds=result.optimization_kinds, flags=result.flags, timing=_timing_summary(result),
+                     device_model=model)
+    if result.profile is not None:  # --profile: where the time goes, for the report
+        record["profile"] = result.profile.model_dump()
+    return record
 
 
 def _problem_failed(pending: list[Solution], exc: ProblemError, log: ResultLog, progress: Progress) -> None:

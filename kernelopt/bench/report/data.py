@@ -176,6 +176,8 @@ def problem_rows(problems: list[dict], records: list[dict], mode: str = "solutio
                "message": str(record.get("message") or record.get("error") or "")[:500], "attempts": attempts[key]}
         if record.get("kind") == "agent":
             row.update({column: record.get(column) for column in (*AGENT_COLUMNS, "run_id")})
+        if isinstance(record.get("profile"), dict):  # --profile: the best result's profile
+            row["profile"] = record["profile"]
         rows.append(row)
     return rows
 

@@ -1,5 +1,5 @@
 """The report laid out: the tables (metrics, one per baseline, distribution, kinds, health,
-problems) and the headline sentence, from the data build_report gives. Both markdown.py and
+problems, profiles where a pass ran with --profile) and the headline sentence, from the data build_report gives. Both markdown.py and
 html.py render these same tables, so the three files of a report never disagree.
 """
 
@@ -41,6 +41,8 @@ def tables(report: dict) -> dict[str, Table]:
     result["kinds"] = _kinds_table(report["optimization_kinds"])
     result["health"] = _health_table(report["problems"])
     result["problems"] = _problems_table(report["problems"], report["mode"])
+    if any(r.get("profile") for r in report["problems"]):
+        result["profiles"] = _profiles_table(report["problems"])
     return result
 
 
@@ -122,6 +124,43 @@ def _problems_table(rows: list[dict], mode: str) -> Table:
         cells += [_plain(r.get(c)) for c in AGENT_COLUMNS] if agent else [str(r["attempts"])]
         body.append(cells)
     return Table("Problems", headers, body, "Each problem's best result.", key="problems")
+
+
+def _profiles_table(rows: list[dict]) -> Table:
+    """Where the best result's time goes (--profile): each side's largest kernel (op) and its
+    share, and how close each side comes to the roofline."""
+    body = []
+    for r in rows:
+        profile = r.get("profile")
+        if not profile:
+            continue
+        sides = [profile.get("reference") or {}, profile.get("candidate") or {}]
+        body.append([str(r["level"]), _id(r), r["name"], *(_top_row(side) for side in sides),
+                     *(_roofline_cell(side) for side in sides), "; ".join(profile.get("notes") or [])[:200]])
+    return Table("Profiles", ["level", "id", "name", "reference: top", "candidate: top", "reference: roofline",
+                              "candidate: roofline", "notes"], body,
+                 "Each problem's best result profiled after its verdict (--profile; advisory, not part of the "
+                 "verdict): each side's largest kernel (GPU) or op (CPU, self time) with its share of the "
+                 "profiled time, and the share of the speed of light (GPU with known peaks) or the achieved "
+                 "GFLOP/s at its measured time (the problem's FLOPs, counted on the reference).", key="profiles")
+
+
+def _top_row(side: dict) -> str:
+    rows = [row for row in side.get("rows") or [] if row.get("name") != "other"]
+    if not rows:
+        return "-"
+    name = str(rows[0]["name"])
+    return f"{name[:60]}{'...' if len(name) > 60 else ''} ({rows[0]['share']:.0%})"
+
+
+def _roofline_cell(side: dict) -> str:
+    if side.get("speed_of_light") is not None:
+        return f"{side['speed_of_light']:.1%} of speed of light"
+    if side.get("gflops"):
+        return f"{side['gflops']:.4g} GFLOP/s"
+    if side.get("gbytes") is not None:
+        return f"{side['gbytes']:.4g} GB/s"
+    return "-"
 
 
 def format_speedup(value) -> str:
