@@ -432,3 +432,29 @@ def test_doctor_reports_nvrtc_cupy_and_triton_as_available_or_not(monkeypatch, t
     finally:
         monkeypatch.delenv("KERNELOPT_NVRTC")
         nvrtc.find_libnvrtc.cache_clear()
+
+
+# on a GPU: a correct ReLU in each GPU backend, compile times side by side ---------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("candidate,kind,package", [
+    ("relu_cupy_rawkernel.py", "nvrtc_kernel", "cupy"), ("relu_triton.py", "triton", "triton"),
+    ("relu_cuda_extension.py", "cuda_extension", None)])
+def test_each_gpu_backends_relu_is_correct_on_the_gpu(tmp_path, candidate, kind, package):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    if package and importlib.util.find_spec(package) is None:
+        pytest.skip(f"needs {package}")
+    source = (REPO / "tests" / "adversarial" / "honest" / candidate).read_text(encoding="utf-8")
+    options = EvalOptions(device="cuda", timeout=600, timing_budget=1.0, build_cache=str(tmp_path / "cache"))
+    with Evaluator(load_problem(RELU), options) as evaluator:
+        cold, warm = evaluator.evaluate(source), evaluator.evaluate(source)
+    for result in (cold, warm):
+        assert result.status == "correct", (result.message, result.compile_log)
+        assert kind in result.optimization_kinds and "custom_kernel_unused" not in result.flags
+    print(f"{candidate}: load {cold.durations.get('load', 0):.2f} s cold, {warm.durations.get('load', 0):.2f} s "
+          f"again; builds {[(b.mode, b.cached, b.build_seconds) for b in cold.builds]}")
+    if package != "triton":  # CuPy's and load_inline's compiles are the host's, cached
+        assert cold.builds and not cold.builds[0].cached and warm.builds[0].cached

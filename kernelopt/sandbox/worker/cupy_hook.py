@@ -74,6 +74,7 @@ class CupyCompiles:
         raw_kernel, raw_module = cupy.RawKernel, cupy.RawModule
         if getattr(raw_kernel, "_kernelopt_hook", False):
             return
+        _follow_torchs_device(cupy)
         hook = self
 
         class CompiledModule(raw_module):
@@ -118,6 +119,18 @@ class CupyCompiles:
         RawKernel.__name__ = RawKernel.__qualname__ = "RawKernel"
         RawModule.__name__ = RawModule.__qualname__ = "RawModule"
         cupy.RawKernel, cupy.RawModule = RawKernel, RawModule
+
+
+def _follow_torchs_device(cupy) -> None:
+    """CuPy's current device is torch's: CuPy keeps a runtime of its own, whose current device
+    is 0 whatever torch.cuda.set_device chose, and a module loaded (or an array viewed) there
+    would not be on the evaluation's device."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            cupy.cuda.runtime.setDevice(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001 - no usable GPU: CuPy reports that itself when used
+        pass
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
