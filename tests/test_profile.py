@@ -139,7 +139,7 @@ def test_roofline_on_a_known_gpu_gives_the_speed_of_light_and_the_table_shows_it
     assert side.speed_of_light == pytest.approx(line.bound_ms / 4.0)
     text = profiling.table(Profile(device="cuda:0", candidate=side, roofline=line, notes=["a note"]))
     assert "90.0%" in text and "gemm_kernel" in text and "[DRAM 12%, SM 82%, occupancy 25% of peak]" in text
-    assert f"{side.speed_of_light:.1%} of speed of light" in text and "peak 67 TFLOP/s FP32, 3.35 TB/s" in text
+    assert f"{side.speed_of_light:.1%} of speed of light" in text and "device peak 67 TFLOP/s FP32, 3.35 TB/s" in text
     assert text.splitlines()[-1] == "note: a note"
 
 
@@ -243,7 +243,7 @@ def test_the_refine_prompt_after_a_correct_candidate_shows_the_device_and_the_pr
 
     assert main(["runs", "show", summary["run_id"], "--store", str(store)]) == 0
     shown = capsys.readouterr().out
-    assert "ms per forward in ops" in shown and "aten::mm" in shown
+    assert "ms per forward in CPU ops" in shown and "aten::mm" in shown
     assert main(["runs", "show", summary["run_id"], "--store", str(store), "--json"]) == 0
     candidates = json.loads(capsys.readouterr().out)["candidates"]
     assert candidates[0]["profile"]["roofline"]["flops"] == 2 * 2048 * 2048 * 64

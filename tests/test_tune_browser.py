@@ -138,6 +138,7 @@ def test_the_workbench_drives_a_session_from_the_browser(browser, workbench, tmp
     click(browser, '#tabs button[data-tab="verdict"]')
     verdict = browser.find_element(By.ID, "verdict").text
     assert "correct" in verdict and "Correctness trials" in verdict
+    assert "Where the time goes" in verdict and "aten::_softmax" in verdict  # a session profiles by default
 
     click(browser, '#tabs button[data-tab="edit"]')                            # a hand edit of 2
     browser.execute_script("arguments[0].value = arguments[1]", browser.find_element(By.ID, "editor"), HAND)

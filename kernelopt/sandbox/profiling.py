@@ -162,12 +162,14 @@ def table(profile: Profile) -> str:
                      for row in side.rows)
     line = profile.roofline
     if line is not None:
-        flops = (f"{line.flops / 1e6:.4g} MFLOP" if line.flops else "FLOPs not counted" if line.flops is None
+        flops = (_amount(line.flops, "FLOP") if line.flops else "FLOPs not counted" if line.flops is None
                  else "0 FLOPs counted (only matmuls, convolutions and attention count)")
-        lines.append(f"roofline (the problem's work, counted on the reference): {flops}, >= "
-                     f"{line.bytes / 1e6:.4g} MB moved (inputs, weights, outputs once: a lower bound)"
-                     + (f"; peak {line.peak_tflops:g} TFLOP/s {line.precision.upper()}" if line.peak_tflops else "")
-                     + (f", {line.peak_tbs:g} TB/s" if line.peak_tbs else ""))
+        peaks = ", ".join(([f"{line.peak_tflops:g} TFLOP/s {line.precision.upper()}"] if line.peak_tflops else [])
+                          + ([f"{line.peak_tbs:g} TB/s"] if line.peak_tbs else []))
+        lines.append(f"roofline: {flops}, >= {_amount(line.bytes, 'B')} moved per call (the problem's work, "
+                     "counted on the reference)")
+        lines.append("  bytes: inputs, weights and outputs once each, a lower bound"
+                     + (f"; device peak {peaks}" if peaks else "; no peak figures for this device"))
         for who, side in (("reference", profile.reference), ("candidate", profile.candidate)):
             if side is not None and side.measured_ms is not None:
                 lines.append(f"  {who} at its {side.measured_ms:.4g} ms per call: " + _rates(side))
@@ -180,10 +182,18 @@ def _rates(side: SideProfile) -> str:
     if side.speed_of_light is not None:
         parts.append(f"{side.speed_of_light:.1%} of speed of light")
     if side.gflops is not None:
-        parts.append(f"{side.gflops:.4g} GFLOP/s")
+        parts.append(_amount(side.gflops * 1e9, "FLOP/s"))
     if side.gbytes is not None:
-        parts.append(f"{side.gbytes:.4g} GB/s")
+        parts.append(_amount(side.gbytes * 1e9, "B/s"))
     return ", ".join(parts) or "no rates"
+
+
+def _amount(value: float, unit: str) -> str:
+    """1.374e11 FLOP -> '137.4 GFLOP'; at least mega (M), at most tera (T)."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G")):
+        if value >= scale:
+            return f"{value / scale:.4g} {prefix}{unit}"
+    return f"{value / 1e6:.4g} M{unit}"
 
 
 def _shown(name: str) -> str:

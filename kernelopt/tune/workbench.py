@@ -14,6 +14,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer, PythonLexer
 
+from kernelopt.agent.prompting import profile_text
 from kernelopt.agent.session import Candidate, Session, SessionError
 from kernelopt.agent.strategies import STRATEGIES
 from kernelopt.tune.events import EventHub
@@ -65,7 +66,8 @@ class Workbench:
         c = self._candidate(number)
         verdict = c.verdict
         return {**c.to_json(), "code": c.code, "code_html": highlighted(c.code or "", PythonLexer()),
-                "error": c.error, "verdict": verdict.result.model_dump(mode="json") if verdict else None}
+                "error": c.error, "verdict": verdict.result.model_dump(mode="json") if verdict else None,
+                "profile_text": profile_text(verdict.result) if verdict else None}  # as the model sees it
 
     def diff(self, old: str, new: str) -> dict:
         try:

@@ -165,6 +165,10 @@ function renderVerdict(detail) {
       el("td", {}, t.max_abs_error === null || t.max_abs_error === undefined ? "" : t.max_abs_error.toPrecision(3))));
   }
   const parts = [table, el("h3", {}, "Correctness trials"), trials];
+  if (detail.profile_text) {  // --profile: the table the model's next prompt shows (plain text)
+    parts.push(el("h3", {}, "Where the time goes ", el("span", { class: "help" }, "(profiled after the verdict, outside the timed calls; advisory)")),
+      el("pre", { class: "profile" }, detail.profile_text));
+  }
   if (v.compile_log) parts.push(el("h3", {}, "Compile log"), el("pre", { class: "log" }, v.compile_log));
   if (v.candidate_output) parts.push(el("h3", {}, "Program output"), el("pre", { class: "log" }, v.candidate_output));
   for (const w of v.warnings || []) parts.push(el("p", { class: "warning" }, "warning: " + w));
