@@ -254,6 +254,8 @@ class Evaluator:
             # of its own in it, which the next candidates' thread census would count against them.
             self._reference_profile = session.reference_profile
             self._reference.discard()
+            if self.keep_spare:  # the next candidate's reference starts now, beside its load
+                self._reference.launch()
         return result
 
     def _keep_expected(self, expected: ReferenceTrials | None) -> None:
