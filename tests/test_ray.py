@@ -77,6 +77,10 @@ def solutions(tmp_path):
     return folder
 
 
+def address_of(ray) -> str:
+    return ray.get_runtime_context().gcs_address
+
+
 def verdicts(out) -> list[tuple]:
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     return sorted((r["problem_id"], r["sample"], r["status"]) for r in records if r.get("kind") != "health")
@@ -140,11 +144,13 @@ def test_an_actor_killed_mid_problem_loses_nothing_and_records_nothing_twice(poo
         (1, 0, "correct"), (1, 1, "correct"), (1, 2, "correct"), (4, 0, "correct")]
 
 
-def test_a_killed_driver_is_resumed_and_finishes(problem_set, solutions, tmp_path):
+def test_a_killed_driver_is_resumed_and_finishes(cluster, problem_set, solutions, tmp_path):
+    # The driver joins the module's cluster by its address, as a driver joins a real one: killing
+    # the driver leaves the cluster up (its actors are reclaimed), and the rerun joins it again.
     out = tmp_path / "out"
     command = [sys.executable, "-m", "kernelopt", "bench", "--kernelbench", str(problem_set), "--solutions",
                str(solutions), "--out", str(out), "--device", "cpu", "--timing-budget", "0.5",
-               "--correctness-trials", "2", "--ray", "local", "--ray-actors", "2", "--json"]
+               "--correctness-trials", "2", "--ray", address_of(cluster), "--ray-actors", "1", "--json"]
     running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     results = out / "results.jsonl"
@@ -247,7 +253,6 @@ def test_generate_on_actors_gives_the_results_of_a_local_generate(cluster, monke
     level1 = tmp_path / "set" / "level1"
     level1.mkdir(parents=True)
     shutil.copy(EXAMPLES / "level1/4_RedundantSoftmax.py", level1 / "4_RedundantSoftmax.py")
-    shutil.copy(EXAMPLES / "level1/1_ReLU.py", level1 / "1_ReLU.py")
 
     def generate(url: str, name: str, *extra: str) -> dict:
         code = main(["generate", "--problems", str(tmp_path / "set"), "--samples", "2", "--model", "test-model",
@@ -261,22 +266,17 @@ def test_generate_on_actors_gives_the_results_of_a_local_generate(cluster, monke
     lock = threading.Lock()
 
     def script(body, index) -> str:
-        """A problem's first answer is wrong (a typo), the others right, however the problems'
-        calls interleave."""
-        prompt = json.dumps(body["messages"])
-        problem = "softmax" if "softmax" in prompt.lower() else "relu"
+        """Each pass's first answer is wrong (a typo), its second right."""
         with lock:
-            asked[problem] += 1
-            first = asked[problem] % 2 == 1
-        if problem == "softmax":
-            return f"```python\n{TYPO_SOFTMAX if first else FAST_SOFTMAX}```\n"
-        return f"```python\n{DOUBLED if first else RELU}```\n"
+            asked["calls"] += 1
+            first = asked["calls"] % 2 == 1
+        return f"```python\n{TYPO_SOFTMAX if first else FAST_SOFTMAX}```\n"
 
     with ScriptedLLMServer(script) as server:
         local = generate(server.url, "local")
         remote = generate(server.url, "ray", "--ray", "local", "--ray-actors", "2")
-    assert local["counts"] == {"correct": 2, "incorrect": 1, "runtime_error": 1}
-    assert local["problems_with_correct"] == 2 and local["candidates"] == local["scored"] == 4
+    assert local["counts"] == {"correct": 1, "runtime_error": 1}
+    assert local["problems_with_correct"] == 1 and local["candidates"] == local["scored"] == 2
     for key in ("problems", "candidates", "scored", "counts", "problems_with_correct", "llm_calls", "statuses"):
         assert local[key] == remote[key], key
     lines = [json.loads(line) for line in (tmp_path / "ray" / "generate.jsonl").read_text().splitlines()]
@@ -292,3 +292,39 @@ def test_without_ray_the_flag_says_how_to_install_it(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "pip install 'kernelopt[ray]'" in done.stderr
+
+
+def test_doctor_reports_each_node_of_the_cluster(cluster):
+    done = subprocess.run([sys.executable, "-m", "kernelopt", "doctor", "--ray", address_of(cluster), "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    (node,) = report["nodes"]
+    assert node["alive"] and node["cpus"] == report["cpus"] == 4 and node["gpus"] == 0
+    assert node["kernelopt"] == report["driver_kernelopt"] and node["torch"] and report["ok"]
+
+
+def test_mixed_device_models_are_refused_unless_asked_for():
+    from kernelopt.bench.summary import MixedDevicesError, device_sections
+    from kernelopt.kernelbench import load_problem_set
+
+    problems = load_problem_set(str(EXAMPLES / "level1"), ids={1, 4})
+    records = [{"key": "a", "level": 1, "problem_id": 1, "sample": 0, "status": "correct", "correct": True,
+                "speedup": 2.0, "device_model": "NVIDIA H100 80GB HBM3"},
+               {"key": "b", "level": 1, "problem_id": 4, "sample": 0, "status": "correct", "correct": True,
+                "speedup": 1.5, "device_model": "NVIDIA A100-SXM4-80GB"}]
+    with pytest.raises(MixedDevicesError, match="2 device models"):
+        device_sections(problems, records, mix=False)
+    sections = device_sections(problems, records, mix=True)
+    assert sections["device_models"] == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+    h100 = sections["by_device_model"]["NVIDIA H100 80GB HBM3"]["overall"]
+    assert h100["n_problems"] == 2 and h100["fast_1"] == 0.5  # problem 4 was not judged on an H100
+    assert device_sections(problems, records[:1], mix=False) == {"device_models": ["NVIDIA H100 80GB HBM3"]}
+
+
+def test_ray_and_gpus_together_are_refused(capsys, tmp_path):
+    from kernelopt.cli import main
+
+    code = main(["bench", "--kernelbench", str(EXAMPLES), "--solutions", str(EXAMPLES / "generations"),
+                 "--out", str(tmp_path / "out"), "--ray", "local", "--gpus", "0"])
+    assert code == 2 and "give --ray or --gpus, not both" in capsys.readouterr().err
