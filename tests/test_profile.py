@@ -277,3 +277,23 @@ def test_the_report_shows_each_problems_profile(tmp_path, capsys):
     assert not any(r.startswith("| 1 | 2 | Tanh |") and "speed of light" in r for r in markdown.splitlines())
     html = (tmp_path / "run" / "report.html").read_text()
     assert "Profiles" in html and "relu_kernel (97%)" in html
+
+
+def test_nsight_computes_child_loads_the_same_model_the_worker_judged(tmp_path):
+    """The process ncu would start (run here without ncu, on the CPU): the problem and the
+    candidate from their files, the model from the init seed, the inputs the worker saved."""
+    import torch
+
+    from kernelopt.sandbox.worker.profiling import child_command
+
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(CLAMP)
+    torch.save([torch.randn(3, 5)], tmp_path / "inputs.pt")
+    for extra in ({}, {"candidate_path": str(candidate)}):
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({"device": "cpu", "init_seed": 42, "problem_path": str(RELU),
+                                    "inputs_path": str(tmp_path / "inputs.pt"), "delivered": {}, **extra}))
+        done = subprocess.run(child_command(str(spec)), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        said = json.loads(done.stderr.strip().splitlines()[-1])
+        assert said == {"profiled": extra.get("candidate_path", str(RELU)), "outputs": [[3, 5]]}

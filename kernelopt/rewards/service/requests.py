@@ -17,11 +17,11 @@ from kernelopt.rewards.service.errors import BadRequest
 from kernelopt.sandbox.results import EvalOptions
 
 # What decides where and how safely code runs (device, isolation, memory, builds, timeout), and
-# the secret seeds, stay the operator's; the rest says how strictly and how long a candidate is
+# the secret seeds, and the advisory profiling pass (--profile: its cost), stay the operator's; the rest says how strictly and how long a candidate is
 # judged, which a request may choose. A new EvalOptions field is therefore per-request unless it
 # is listed here.
 OPERATOR_OPTIONS = frozenset({"device", "timeout", "memory_limit", "isolation", "image", "seed", "pin_timing",
-                              "keep_scratch", "build_mode", "build_cache"})
+                              "keep_scratch", "build_mode", "build_cache", "profile"})
 REQUEST_OPTIONS = tuple(name for name in EvalOptions.model_fields if name not in OPERATOR_OPTIONS)
 EVALUATE_FIELDS = ("problem", "completion", "reward", "options")
 # Special tokens a decoded query may end with (OpenRLHF decodes with skip_special_tokens=False).

@@ -211,11 +211,9 @@ def ncu_metrics(settings: dict, inputs, notes: list[str]) -> dict[str, dict[str,
     spec_path = os.path.join(workdir, "profile_child.json")
     with open(spec_path, "w", encoding="utf-8") as handle:
         json.dump(dict(settings, inputs_path=inputs_path), handle)
-    boot = ("import sys; sys.path.insert(0, {path!r}); from worker.profiling import ncu_child; "
-            "ncu_child(sys.argv[1])").format(path=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     command = [ncu, "--csv", "--target-processes", "all", "--nvtx", "--nvtx-include", f"{NCU_RANGE}/",
                "--launch-count", str(NCU_LAUNCHES), "--metrics", ",".join(NCU_METRICS.values()),
-               sys.executable, "-E", "-s", "-c", boot, spec_path]
+               *child_command(spec_path)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=NCU_TIMEOUT_S, cwd=workdir)
     except subprocess.TimeoutExpired:
@@ -234,6 +232,14 @@ def ncu_metrics(settings: dict, inputs, notes: list[str]) -> dict[str, dict[str,
         tail = " ".join(text.strip().splitlines()[-3:])[:300]
         notes.append(f"Nsight Compute reported no kernels (exit {done.returncode}): {tail}")
     return metrics
+
+
+def child_command(spec_path: str) -> list[str]:
+    """The child process ncu runs: this interpreter, isolated like the worker, on ncu_child."""
+    boot = ("import sys; sys.path.insert(0, {path!r}); from worker.main import ExtensionTracker; "
+            "from worker.profiling import ncu_child; ncu_child(sys.argv[1], ExtensionTracker)"
+            ).format(path=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return [sys.executable, "-E", "-s", "-c", boot, spec_path]
 
 
 def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
@@ -258,16 +264,16 @@ def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
             for name, found in sums.items()}
 
 
-def ncu_child(spec_path: str) -> None:
+def ncu_child(spec_path: str, tracker_class) -> None:
     """The process ncu starts: the same problem (and candidate) as the worker, the model made
     from the same init seed, one warm-up forward, then one forward inside the NVTX range that
-    ncu measures. Extensions the host built for the worker are loaded from where it put them."""
+    ncu measures. Extensions the host built for the worker are loaded from where it put them
+    (`tracker_class`: main.ExtensionTracker, passed in by the boot line: main imports this module)."""
     import importlib.util
 
     import torch
 
     from . import measure
-    from .main import ExtensionTracker
 
     with open(spec_path, encoding="utf-8") as handle:
         spec = json.load(handle)
@@ -276,7 +282,7 @@ def ncu_child(spec_path: str) -> None:
         torch.cuda.set_device(device)
     delivered = spec.get("delivered") or {}
     if delivered:
-        tracker = ExtensionTracker()
+        tracker = tracker_class()
         tracker.install()
         tracker.request_build = lambda request: ({"ok": True, "path": delivered[request["name"]]}
                                                  if request["name"] in delivered else
@@ -303,7 +309,13 @@ def ncu_child(spec_path: str) -> None:
     inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in torch.load(spec["inputs_path"])]
     model(*inputs)
     _synchronize(device)
-    torch.cuda.nvtx.range_push(NCU_RANGE)
-    model(*inputs)
+    gpu = device.type == "cuda"  # (a CPU run is only a test of the above: no NVTX there)
+    if gpu:
+        torch.cuda.nvtx.range_push(NCU_RANGE)
+    output = model(*inputs)
     _synchronize(device)
-    torch.cuda.nvtx.range_pop()
+    if gpu:
+        torch.cuda.nvtx.range_pop()
+    shapes = [list(t.shape) for t in measure.flatten_outputs(output)]
+    print(json.dumps({"profiled": spec.get("candidate_path") or spec["problem_path"], "outputs": shapes}),
+          file=sys.stderr)
