@@ -328,3 +328,19 @@ def test_ray_and_gpus_together_are_refused(capsys, tmp_path):
     code = main(["bench", "--kernelbench", str(EXAMPLES), "--solutions", str(EXAMPLES / "generations"),
                  "--out", str(tmp_path / "out"), "--ray", "local", "--gpus", "0"])
     assert code == 2 and "give --ray or --gpus, not both" in capsys.readouterr().err
+
+
+def test_a_broken_reference_is_the_problems_outcome_not_an_actor_failure(pool):
+    from kernelopt.kernelbench import ProblemError, problem_from_source
+    from kernelopt.sandbox import EvalOptions
+
+    source = (EXAMPLES / "level1" / "1_ReLU.py").read_text().replace(
+        "return torch.relu(x)", "raise RuntimeError('the reference is broken')")
+    assert "the reference is broken" in source
+    problem = problem_from_source(source, path="level1/1_BrokenReLU.py")
+    options = EvalOptions(device="cpu", timing_budget=0.5, correctness_trials=2)
+    replaced = pool.replaced
+    with pytest.raises(ProblemError, match="the reference is broken") as caught:
+        pool.judge(problem, options, [RELU], health=True)
+    assert caught.value.health["flags"] == ["reference_fails"]
+    assert pool.replaced == replaced and pool.size == 2  # the actor is fine: nothing to replace

@@ -62,7 +62,7 @@ class JudgeWorker:
             answer["results"] = results
         except ProblemError as exc:
             self._discard(problem, options, jobs)
-            answer["problem_error"] = str(exc)
+            answer["problem_error"] = exc.cause
         except BaseException:
             self._discard(problem, options, jobs)  # its state after a failure is unknown
             raise

@@ -153,21 +153,27 @@ class JudgePool:
     def judge(self, problem: Problem, options: EvalOptions, sources: list[str], *, jobs: int = 1,
               health: bool = False) -> dict:
         """JudgeWorker.judge on an idle actor, the problem's warm one first; retried on a new
-        actor when the one judging dies. Raises ProblemError when the reference fails, and what
-        the Evaluator raises (SandboxError, IsolationError) as itself."""
+        actor when the one judging dies. Raises ProblemError when the reference fails (its
+        `health` attribute: the health probe's outcome, when one was asked for), and what the
+        Evaluator raises (SandboxError, IsolationError) as itself."""
         key = (problem.content_hash, problem.name, options.model_dump_json(), jobs)
         answer = self._call(key, lambda handle: handle.judge.remote(problem, options, sources, jobs, health))
         if "problem_error" in answer:
-            raise ProblemError(problem.path, answer["problem_error"].split(": ", 1)[-1])
+            error = ProblemError(problem.path, answer["problem_error"])
+            error.health = answer.get("health")  # probed before the reference failed: still worth recording
+            raise error
         return answer
 
     def _call(self, key: tuple, submit: Callable) -> dict:
         ray = self._ray
+        # The actor's process or node is gone (killed, out of memory, the node lost): its call
+        # is made again on a new actor.
+        died = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError)
         for attempt in range(1, CALL_ATTEMPTS + 1):
             slot = self._checkout(key)
             try:
                 answer = ray.get(submit(slot.handle))
-            except ray.exceptions.RayActorError as exc:
+            except died as exc:
                 self._replace(slot)
                 if attempt == CALL_ATTEMPTS:
                     raise ClusterError(f"{CALL_ATTEMPTS} judging actors died in turn on one call; last: {exc}") from None
@@ -216,16 +222,21 @@ class JudgePool:
             self._add(1)
 
     def close(self) -> None:
-        """Stop every actor (their Evaluators' workers with them)."""
+        """Stop every actor: an idle one closes its Evaluators first (their workers stop
+        cleanly); a busy one (an interrupted run) is killed at once, and its workers end when
+        their pipes close."""
         with self._cond:
             self._closed = True
-            slots, self._slots, self._idle = list(self._slots), [], []
+            slots, idle = list(self._slots), list(self._idle)
+            self._slots, self._idle = [], []
             self._cond.notify_all()
-        for slot in slots:
+        closing = [slot.handle.close.remote() for slot in idle]
+        if closing:
             try:
-                self._ray.get(slot.handle.close.remote(), timeout=60)
-            except Exception:  # noqa: BLE001 - best effort; the kill below ends it anyway
+                self._ray.wait(closing, num_returns=len(closing), timeout=30)
+            except Exception:  # noqa: BLE001 - best effort; the kill below ends them anyway
                 pass
+        for slot in slots:
             self._ray.kill(slot.handle)
 
     def __enter__(self) -> JudgePool:
