@@ -182,8 +182,10 @@ class JudgePool:
                 self._release(slot)
                 cause = getattr(exc, "cause", None)
                 raise (cause if isinstance(cause, Exception) else exc) from None
-            except BaseException:
+            except Exception:
                 self._release(slot)
+                raise
+            except BaseException:  # Ctrl-C: the actor still runs the call; it stays busy, so close() kills it
                 raise
             slot.touch(key)
             self._release(slot)
