@@ -130,6 +130,8 @@ def test_a_killed_pass_resumes_and_ends_with_the_metrics_and_the_runs(endpoint, 
     assert softmax["best_by_call"] == [[1, softmax["speedup"]]]
     assert level1["geomean_speedup"] == pytest.approx(softmax["speedup"])
     assert "pytorch" in softmax["optimization_kinds"]
+    # refine profiles by default: the best candidate's profile is in the record, for the report
+    assert softmax["profile"]["roofline"]["flops"] == 2 * 2048 * 2048 * 64 and relu["profile"] is None
     for key in ("level", "problem_id", "name", "flags", "wall_s", "cost"):
         assert key in softmax
 
