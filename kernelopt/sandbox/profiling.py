@@ -81,7 +81,7 @@ def side_profile(reply: dict | None, who: str, notes: list[str]) -> SideProfile 
 
 def attach_metrics(rows: list[ProfileRow], metrics: object) -> None:
     """Nsight Compute's metrics (kernel name -> {dram, sm, occupancy}) onto the profiler's rows:
-    by the kernel's name, else by its function name (up to the first '<' or '(')."""
+    by the kernel's name, else by its function name alone (_base_name)."""
     if not isinstance(metrics, dict):
         return
     by_base = {_base_name(name): found for name, found in metrics.items()}
@@ -93,8 +93,11 @@ def attach_metrics(rows: list[ProfileRow], metrics: object) -> None:
 
 
 def _base_name(name: str) -> str:
+    """A kernel's function name without return type, namespaces, template arguments and
+    parameters: how the profiler's and Nsight Compute's spellings of one kernel can differ."""
+    name = name.replace("(anonymous namespace)::", "").removeprefix("void ").strip()
     cut = min([i for i in (name.find("<"), name.find("(")) if i >= 0], default=len(name))
-    return name[:cut].removeprefix("void ").strip()
+    return name[:cut].rsplit("::", 1)[-1].strip()
 
 
 def roofline(reply: dict | None, device: str, device_name: str | None) -> Roofline | None:
