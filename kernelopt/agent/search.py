@@ -29,6 +29,7 @@ from kernelopt.agent.strategies import Progress, Strategy, make_strategy, with_e
 from kernelopt.kernelbench import Problem, problem_from_source
 from kernelopt.kernelbench.backends import resolve_backend
 from kernelopt.sandbox import EvalOptions
+from kernelopt.sandbox.hardware import Hardware
 from kernelopt.sandbox.hardware import describe as describe_hardware
 
 
@@ -140,12 +141,13 @@ def stored_problem(run: dict) -> Problem:
 def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem: Problem,
                client: LLMClient | None, api_key: str | None, device: str, out_dir: Path,
                on_event: Callable[[str, Attempt], None] | None = None,
-               evaluator=None) -> RunOutcome:
+               evaluator=None, hardware: Hardware | None = None) -> RunOutcome:
     """Runs (or replays and continues) the search; always leaves the run's status and summary
-    in the store, whatever stops it."""
+    in the store, whatever stops it. `hardware`: the device the candidates are timed on, as the
+    prompt describes it, when that is not this machine's `device` (a Ray cluster's actor)."""
     budget = Budget(BudgetLimits(**config.limits))
     pipeline = build_pipeline(store, run_id, config, problem, client, api_key, device, budget,
-                              on_event, evaluator)
+                              on_event, evaluator, hardware=hardware)
     strategy = make_strategy(config.strategy, **config.strategy_options)
     started = time.monotonic()
     status, error = "finished", None
@@ -171,10 +173,10 @@ def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem:
 
 def build_pipeline(store: RunStore, run_id: str, config: OptimizeConfig, problem: Problem,
                    client: LLMClient | None, api_key: str | None, device: str, budget: Budget,
-                   on_event, evaluator) -> AttemptPipeline:
+                   on_event, evaluator, hardware: Hardware | None = None) -> AttemptPipeline:
     eval_options = EvalOptions(device=device, **with_eval_defaults(config.strategy, config.eval_options))
     backend = resolve_backend(config.backend, device)  # BackendError (ValueError) when it cannot run there
-    hardware = describe_hardware(device)
+    hardware = hardware or describe_hardware(device)
     prompts = PromptContext(reference_source=problem.source, problem_name=problem.name,
                             backend=backend, device_desc=hardware.summary, hardware=hardware.facts)
     extra = {"evaluator": evaluator} if evaluator else {}
