@@ -124,6 +124,10 @@ def test_the_candidates_reply_is_checked_capped_and_its_notes_kept():
                                    "notes": ["x" * 1000]}, "candidate", notes)
     assert len(side.rows) == profiling.MAX_ROWS and len(side.rows[0].name) == profiling.NAME_CHARS
     assert len(notes) == 4 and "malformed" in notes[1] and len(notes[-1]) < 400
+    escape = {"name": "\x1b]0;owned\x07kernel\n", "share": 1.0, "calls": 1, "ms": 1.0}  # terminal escapes
+    side = profiling.side_profile({"unit": "kernel", "total_ms": 1.0, "iterations": 1, "rows": [escape],
+                                   "notes": ["\x1b[2Jcleared"]}, "candidate", notes)
+    assert side.rows[0].name == "?]0;owned?kernel?" and notes[-1] == "candidate: ?[2Jcleared"
 
 
 def test_roofline_on_a_known_gpu_gives_the_speed_of_light_and_the_table_shows_it():

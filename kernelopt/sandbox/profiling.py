@@ -60,7 +60,7 @@ def side_profile(reply: dict | None, who: str, notes: list[str]) -> SideProfile 
     is a note) and capped; its own notes join `notes`."""
     if reply is None:
         return None
-    notes.extend(f"{who}: {str(note)[:300]}" for note in list(reply.get("notes") or [])[:5])
+    notes.extend(f"{who}: {_printable(str(note)[:300])}" for note in list(reply.get("notes") or [])[:5])
     try:
         rows = [ProfileRow.model_validate(row) for row in list(reply.get("rows") or [])[:MAX_ROWS]]
         side = SideProfile(unit=reply.get("unit"), total_ms=reply.get("total_ms"),
@@ -73,10 +73,16 @@ def side_profile(reply: dict | None, who: str, notes: list[str]) -> SideProfile 
         notes.append(f"{who}: the profile reply had negative or non-finite times")
         return None
     for row in rows:
-        row.name = row.name[:NAME_CHARS]
+        row.name = _printable(row.name[:NAME_CHARS])
         row.metrics = {k: v for k, v in row.metrics.items() if k in dict(_METRIC_WORDS) and math.isfinite(v)}
     attach_metrics(rows, reply.get("ncu"))
     return side
+
+
+def _printable(text: str) -> str:
+    """Untrusted text for a terminal, a prompt or a page: control characters (terminal escape
+    sequences) become '?'."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def attach_metrics(rows: list[ProfileRow], metrics: object) -> None:
@@ -145,7 +151,7 @@ def assemble(device: str, kept: ReferenceProfile, candidate_reply: dict | None, 
     with_rates(candidate, timing.candidate_ms, line)
     all_notes += notes
     return Profile(device=device, reference=reference, candidate=candidate, roofline=line,
-                   notes=list(dict.fromkeys(all_notes)), seconds=round(seconds, 4))
+                   notes=[_printable(note) for note in dict.fromkeys(all_notes)], seconds=round(seconds, 4))
 
 
 # the table ------------------------------------------------------------------------------------
