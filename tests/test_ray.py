@@ -110,6 +110,9 @@ def test_rescoring_on_actors_gives_the_verdicts_of_a_local_run(pool, problem_set
     models = {r["device_model"] for r in records if r.get("kind") != "health"}
     assert models == set(pool.device_models) and remote["device_models"] == sorted(models)
     assert "by_device_model" not in remote
+    # What an agent's prompt says about the device: the actors' view (a CPU here, one thread timed).
+    assert pool.hardware.summary.startswith("the CPU") and any("ONE CPU thread" in f for f in pool.hardware.facts)
+    assert pool.agent_device == "cpu"
     assert sorted(r["key"] for r in records if r.get("kind") == "health") == ["health/1/1", "health/1/4"]
 
 

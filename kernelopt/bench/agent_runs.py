@@ -99,7 +99,7 @@ def run_over_set(job: SetJob) -> ResultLog:
     if job.pool is not None:
         from kernelopt.cluster import run_on_pool
 
-        device = "cuda:0" if job.pool.device == "cuda" else "cpu"
+        device = job.pool.agent_device
         run_on_pool(pending, job.pool, lambda problem: _solve(job, problem, device, log, runs, progress),
                     per_actor=PROBLEMS_PER_ACTOR)
     else:
@@ -189,7 +189,8 @@ def _run(job: SetJob, key: str, problem: Problem, searched: Problem, config: Opt
     try:
         client = LLMClient(config.llm_settings(job.api_key))
         outcome = run_search(store=job.store, run_id=run_id, config=config, problem=searched, client=client,
-                             api_key=job.api_key, device=device, out_dir=out_dir, evaluator=judge)
+                             api_key=job.api_key, device=device, out_dir=out_dir, evaluator=judge,
+                             hardware=judge.hardware)
     except Exception as exc:  # noqa: BLE001 - any surprise fails this run only (marked failed in the store)
         return {**base, **job.fields(job.store, run_id, None), "status": RUN_FAILED,
                 "error": f"{type(exc).__name__}: {exc}"}
@@ -214,6 +215,8 @@ class ProblemEvaluator:
     def __init__(self, problem: Problem, options: EvalOptions):
         self.problem, self.options = problem, options
         self._current: Evaluator | None = None
+
+    hardware = None  # the prompt describes this machine's device
 
     @property
     def device_model(self) -> str:
@@ -250,6 +253,7 @@ class ClusterEvaluator:
 
     def __init__(self, pool, problem: Problem, options: EvalOptions):
         self.options = options
+        self.hardware = pool.hardware  # the prompt describes the actors' device, not the driver's
         self._remote = pool.evaluator(problem, options)
 
     def check_health(self, problem: Problem, log: ResultLog, report: Callable[[str], None]) -> dict:

@@ -136,7 +136,8 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
         return None
     try:
         problem_set = problem_set_from(args)
-        devices = devices_from(args)
+        # --ray: the judging actors' device (bench and generate set it once the pool is up)
+        devices = [args.ray_device] if getattr(args, "ray_device", None) else devices_from(args)
         config = new_config(args, base_url, args.kernelbench, strategy, strategy_options)
         for device in devices:  # recorded with every run of the set
             config.backend = resolve_backend(config.backend, device)

@@ -90,10 +90,11 @@ def run_agent(args) -> int:
                          "`kernelopt bench --solutions` on them, or `kernelopt baselines`")
     if not args.kernelbench:
         raise UsageError("the agent over a set needs --kernelbench SET (or --solutions to rescore generations)")
-    setup = agent_setup(args, "bench --kernelbench SET", "kernelopt-bench", strategy=args.strategy)
-    if setup is None:
-        return EXIT_BAD_INPUT
     with ray_pool(args, args.device) as pool:
+        args.ray_device = pool and pool.agent_device  # the runs' device is the actors'
+        setup = agent_setup(args, "bench --kernelbench SET", "kernelopt-bench", strategy=args.strategy)
+        if setup is None:
+            return EXIT_BAD_INPUT
         summary = run_set(functools.partial(bench_agent, pool=pool), *setup)
     print(json.dumps(summary) if args.json else render(summary))
     return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK

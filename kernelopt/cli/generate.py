@@ -68,11 +68,12 @@ def run_generate(args) -> int:
     if args.budget is None:
         args.budget = calls_needed(args.samples, turns, args.critique)
     options = {"samples": args.samples, "turns": turns, "critique": args.critique or None}
-    setup = agent_setup(args, "generate --problems SET --samples K", "kernelopt-generate", strategy="samples",
-                        strategy_options=options)
-    if setup is None:
-        return EXIT_BAD_INPUT
     with ray_pool(args, args.device) as pool:
+        args.ray_device = pool and pool.agent_device  # the runs' device is the actors'
+        setup = agent_setup(args, "generate --problems SET --samples K", "kernelopt-generate", strategy="samples",
+                            strategy_options=options)
+        if setup is None:
+            return EXIT_BAD_INPUT
         summary = run_set(functools.partial(generate, pool=pool), *setup)
     print(json.dumps(summary) if args.json else render(summary))
     return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK

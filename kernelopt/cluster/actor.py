@@ -10,15 +10,18 @@ into an actor, and that tests can use in-process."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import platform
 import socket
 import subprocess
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
 import kernelopt
 from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.sandbox.hardware import Hardware, describe
 from kernelopt.sandbox.results import EvalOptions, EvalResult
 
 WARM_EVALUATORS = 2  # per actor: each holds a reference worker and a spare candidate worker
@@ -36,12 +39,14 @@ class JudgeWorker:
         self._locks: list = []
         self.cores = self._claim_cores(max(1, cores)) if self.device == "cpu" else None
         self.device_model = device_model(self.device)
+        self.hardware = describe_hardware(self.device)
         self._evaluators: OrderedDict[tuple, object] = OrderedDict()
 
     def info(self) -> dict:
         """Where this actor runs and what it judges on (the pool checks and records it)."""
         return {"pid": os.getpid(), "node": socket.gethostname(), "device": self.device,
-                "device_model": self.device_model, "cores": self.cores, "kernelopt": kernelopt.__version__}
+                "device_model": self.device_model, "cores": self.cores, "kernelopt": kernelopt.__version__,
+                "hardware": self.hardware}
 
     def judge(self, problem: Problem, options: EvalOptions, sources: list[str], jobs: int = 1,
               health: bool = False) -> dict:
@@ -120,6 +125,22 @@ class JudgeWorker:
 
 def _key(problem: Problem, options: EvalOptions, jobs: int) -> tuple:
     return problem.content_hash, problem.name, options.model_dump_json(), jobs
+
+
+def describe_hardware(device: str) -> Hardware:
+    """The device as the agent's prompt describes it (sandbox/hardware.py), seen from this node.
+    A GPU is described by a short-lived child process: asking torch initialises CUDA, and a CUDA
+    context held by the actor for its whole life would take memory from the candidates."""
+    if not device.startswith("cuda"):
+        return describe(device)
+    code = ("import json; from kernelopt.sandbox.hardware import describe; h = describe('cuda:0'); "
+            "print(json.dumps([h.summary, h.facts]))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        summary, facts = json.loads(done.stdout.strip().splitlines()[-1])
+        return Hardware(summary=summary, facts=facts)
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return Hardware(summary=f"an {device_model(device)} GPU", facts=[])
 
 
 def device_model(device: str) -> str:

@@ -143,6 +143,18 @@ class JudgePool:
     def device_models(self) -> list[str]:
         return sorted({a["device_model"] for a in self.actors()})
 
+    @property
+    def agent_device(self) -> str:
+        """The device a search's settings name for candidates judged here ("cuda:0" is each GPU
+        actor's own view of its GPU)."""
+        return "cuda:0" if self.device == "cuda" else "cpu"
+
+    @property
+    def hardware(self):
+        """The device the candidates are timed on, as the agent's prompt describes it (an
+        actor's view: sandbox/hardware.Hardware)."""
+        return self.actors()[0]["hardware"]
+
     def describe(self) -> str:
         nodes = {a["node"] for a in self.actors()}
         return (f"{self.size} judging actor(s) on {self.device} ({', '.join(self.device_models)}) over "
