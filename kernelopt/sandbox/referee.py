@@ -307,8 +307,8 @@ class CandidateSession:
             notes.append(f"{worker.role} not profiled: {exc}")
             return None
         if not isinstance(reply, dict) or not reply.get("ok"):
-            error = str(reply.get("error", reply))[:300] if isinstance(reply, dict) else "a malformed reply"
-            notes.append(f"{worker.role} not profiled: {error.strip()}")
+            error = str(reply.get("error", reply)) if isinstance(reply, dict) else "a malformed reply"
+            notes.append(f"{worker.role} not profiled: {(error.strip().splitlines() or [''])[0][:300]}")
             return None
         return reply
 
