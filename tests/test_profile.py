@@ -306,3 +306,27 @@ def test_nsight_computes_child_loads_the_same_model_the_worker_judged(tmp_path):
         assert done.returncode == 0, done.stderr
         said = json.loads(done.stderr.strip().splitlines()[-1])
         assert said == {"profiled": extra.get("candidate_path", str(RELU)), "outputs": [[3, 5]]}
+
+
+def test_doctor_says_whether_nsight_compute_can_add_its_metrics(tmp_path, monkeypatch):
+    from kernelopt.sandbox import doctor
+
+    assert doctor._check_nsight_compute(doctor.Report()).detail.startswith("no GPU")
+    with_gpu = doctor.Report(gpus=[{"index": 0, "name": "NVIDIA H100 80GB HBM3"}])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("glob.glob", lambda pattern: [])  # no toolkit or standalone ncu either
+    missing = doctor._check_nsight_compute(with_gpu)
+    assert not missing.ok and not missing.required and "nsight-compute" in missing.fix
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    params = tmp_path / "params"
+    params.write_text("RmProfilingAdminOnly: 0\n")
+    assert doctor._check_nsight_compute(with_gpu, str(params)).ok
+    params.write_text("RmProfilingAdminOnly: 1\n")
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 1000)  # a user, not root
+    restricted = doctor._check_nsight_compute(with_gpu, str(params))
+    assert not restricted.ok and "ERR_NVGPUCTRPERM" in restricted.detail
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in restricted.fix
+    monkeypatch.setattr(doctor.os, "geteuid", lambda: 0)
+    assert doctor._check_nsight_compute(with_gpu, str(params)).ok  # root may read the counters

@@ -59,6 +59,7 @@ def diagnose() -> Report:
     report.checks.extend(_check_backends(report))
     report.checks.append(_check_build_cache(torch_cuda))
     report.checks.extend(_check_kernel_languages(report, torch_cuda))
+    report.checks.append(_check_nsight_compute(report))
     if report.gpus and torch_check.ok:
         report.default_device = "cuda:0" if torch_cuda.get("available") else "cpu"
     return report
@@ -210,6 +211,31 @@ def _check_kernel_languages(report: Report, torch_cuda: dict) -> list[Check]:
         else:
             checks.append(Check(package, False, f"not installed: --backend {package} is unavailable", fix))
     return checks
+
+
+def _check_nsight_compute(report: Report, params: str = "/proc/driver/nvidia/params") -> Check:
+    """What --profile adds on a GPU (docs/referee.md, "Profile-guided feedback"): Nsight Compute's
+    per-kernel metrics, where ncu is installed and the driver lets this user read the counters.
+    Never required: without it --profile still gives kernel times and the roofline."""
+    from kernelopt.sandbox.worker.profiling import find_ncu
+
+    if not report.gpus:
+        return Check("ncu", True, "no GPU: --profile profiles CPU ops (Nsight Compute is for GPUs)")
+    ncu = find_ncu()
+    if ncu is None:
+        return Check("ncu", False, "Nsight Compute (ncu) not found: --profile gives kernel times and the roofline, "
+                     "without per-kernel DRAM/SM throughput and occupancy",
+                     "install Nsight Compute (the CUDA toolkit's nsight-compute package) so ncu is on PATH or "
+                     "in /usr/local/cuda/bin")
+    try:
+        admin_only = "RmProfilingAdminOnly: 1" in Path(params).read_text()
+    except OSError:
+        admin_only = False
+    if admin_only and os.geteuid() != 0:
+        return Check("ncu", False, f"{ncu} found, but the driver lets only admins read the GPU's counters "
+                     "(RmProfilingAdminOnly: 1): --profile notes ERR_NVGPUCTRPERM instead of metrics",
+                     "load the driver with NVreg_RestrictProfilingToAdminUsers=0 (modprobe option), or judge as root")
+    return Check("ncu", True, f"{ncu}: --profile adds per-kernel DRAM/SM throughput and occupancy")
 
 
 def _check_allocator() -> Check:
