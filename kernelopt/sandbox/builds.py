@@ -39,7 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from kernelopt.sandbox import isolation
 
@@ -49,8 +49,6 @@ BUILD_MODES = ("fast", "exact", "stock")
 DEFAULT_MAX_BYTES = 20 << 30
 MAX_REQUEST_BYTES = 8 << 20
 _SANDBOX_DIR = Path(__file__).resolve().parent
-_BOOT = ("import sys; sys.path.insert(0, {path!r}); "
-         "from worker.build_runner import main; sys.exit(main(sys.argv[1:]))")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
@@ -409,28 +407,35 @@ def run_builder(request: BuildRequest, build_dir: Path, mode: str, key: str, arc
                 backend: isolation.Backend, deadline: float, pch_root: Path | None = None) -> dict:
     """Run worker/build_runner.py on the request in a sandbox whose only writable place is
     `build_dir`'s parent. Raises BuildFailure when it cannot finish."""
-    scratch = build_dir.parent
-    (scratch / "tmp").mkdir(exist_ok=True)
     spec = builder_spec(request, build_dir, mode, arch_list, pch_root)
+    return run_trusted_tool("build_runner", spec, build_dir.parent, backend, deadline, "the extension builder",
+                            read_only=(pch_root,) if pch_root else (), env={"TORCH_CUDA_ARCH_LIST": arch_list})
+
+
+def run_trusted_tool(module: str, spec: dict, scratch: Path, backend: isolation.Backend, deadline: float,
+                     what: str, read_only: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> dict:
+    """Run the trusted `worker/MODULE.py` (a builder or compiler: it runs no candidate code) on
+    `spec` in a sandbox whose only writable place is `scratch`, and return the result it wrote.
+    Raises BuildFailure when it cannot finish in time or writes no result."""
+    (scratch / "tmp").mkdir(exist_ok=True)
     (scratch / "request.json").write_text(json.dumps(spec), encoding="utf-8")
-    command = [sys.executable, "-E", "-s", "-c", _BOOT.format(path=str(_SANDBOX_DIR)),
-               str(scratch / "request.json"), str(scratch / "result.json")]
-    command = isolation.wrap_command(backend, command, scratch, "cpu", (),
-                                     read_only=(pch_root,) if pch_root else ())
-    env = isolation.scrubbed_environment(scratch, {"TORCH_CUDA_ARCH_LIST": arch_list})
+    boot = f"import sys; sys.path.insert(0, {str(_SANDBOX_DIR)!r}); from worker.{module} import main; " \
+           "sys.exit(main(sys.argv[1:]))"
+    command = [sys.executable, "-E", "-s", "-c", boot, str(scratch / "request.json"), str(scratch / "result.json")]
+    command = isolation.wrap_command(backend, command, scratch, "cpu", (), read_only=read_only)
     timeout = max(1.0, deadline - time.monotonic())
     try:
-        process = subprocess.Popen(command, cwd=scratch, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, cwd=scratch, env=isolation.scrubbed_environment(scratch, env),
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process)
-        raise BuildFailure(f"the extension build did not finish in {timeout:.0f} s") from None
+        raise BuildFailure(f"{what} did not finish in {timeout:.0f} s") from None
     try:
         return json.loads((scratch / "result.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         tail = output.decode(errors="replace")[-3000:]
-        raise BuildFailure(f"the extension builder exited with code {process.returncode}:\n{tail}") from None
+        raise BuildFailure(f"{what} exited with code {process.returncode}:\n{tail}") from None
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -30,9 +30,7 @@ import json
 import os
 import shutil
 import site
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -45,14 +43,12 @@ from kernelopt.sandbox.builds import (
     BuildCache,
     BuildFailure,
     CachedBuild,
+    run_trusted_tool,
     target_architectures,
 )
 
 COMPILER_VERSION = 1
 CUBIN = "kernel.cubin"
-_SANDBOX_DIR = Path(__file__).resolve().parent
-_BOOT = ("import sys; sys.path.insert(0, {path!r}); "
-         "from worker.nvrtc_runner import main; sys.exit(main(sys.argv[1:]))")
 # What a request's options may not say: the host picks the target, and output files are its own.
 _HOST_OPTIONS = ("-arch", "--gpu-architecture", "-o", "--output")
 
@@ -226,31 +222,6 @@ class NvrtcService:
 def run_compiler(spec: dict, scratch: Path, backend: isolation.Backend, deadline: float) -> dict:
     """Run worker/nvrtc_runner.py on `spec` in a sandbox whose only writable place is `scratch`.
     Raises BuildFailure when it cannot finish."""
-    (scratch / "tmp").mkdir(exist_ok=True)
-    (scratch / "request.json").write_text(json.dumps(spec), encoding="utf-8")
-    command = [sys.executable, "-E", "-s", "-c", _BOOT.format(path=str(_SANDBOX_DIR)),
-               str(scratch / "request.json"), str(scratch / "result.json")]
     library_dir = Path(spec["library"]).resolve().parent
-    command = isolation.wrap_command(backend, command, scratch, "cpu", (), read_only=(library_dir,))
-    env = isolation.scrubbed_environment(scratch)
-    timeout = max(1.0, deadline - time.monotonic())
-    try:
-        process = subprocess.Popen(command, cwd=scratch, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
-        raise BuildFailure(f"the NVRTC compile did not finish in {timeout:.0f} s") from None
-    try:
-        return json.loads((scratch / "result.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        tail = output.decode(errors="replace")[-3000:]
-        raise BuildFailure(f"the NVRTC compiler exited with code {process.returncode}:\n{tail}") from None
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
+    return run_trusted_tool("nvrtc_runner", spec, scratch, backend, deadline, "the NVRTC compiler",
+                            read_only=(library_dir,))
