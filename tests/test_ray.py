@@ -347,3 +347,24 @@ def test_a_broken_reference_is_the_problems_outcome_not_an_actor_failure(pool):
         pool.judge(problem, options, [RELU], health=True)
     assert caught.value.health["flags"] == ["reference_fails"]
     assert pool.replaced == replaced and pool.size == 2  # the actor is fine: nothing to replace
+
+
+@pytest.mark.gpu
+def test_gpu_actors_judge_on_their_own_gpu_and_record_its_model(cluster):
+    """One actor per GPU: it sees its GPU as cuda:0 (Ray sets CUDA_VISIBLE_DEVICES), names its
+    model as the worker's torch does, and describes it for the prompt without holding CUDA."""
+    from kernelopt.cluster import ClusterSpec, JudgePool
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import EvalOptions
+
+    if not cluster.cluster_resources().get("GPU"):
+        pytest.skip("the local Ray instance sees no GPU")
+    with JudgePool.start(ClusterSpec(address="local", device="cuda", actors=1)) as gpus:
+        (actor,) = gpus.actors()
+        assert actor["device"] == "cuda:0" and gpus.agent_device == "cuda:0"
+        assert gpus.hardware.summary.startswith("an NVIDIA") and actor["device_model"] in gpus.hardware.summary
+        answer = gpus.judge(load_problem(EXAMPLES / "level1" / "1_ReLU.py"), EvalOptions(timing_budget=1.0),
+                            [RELU], health=True)
+    (result,) = answer["results"]
+    assert result.status == "correct" and answer["health"]["healthy"]
+    assert result.environment.device_name == answer["device_model"] == actor["device_model"]
