@@ -220,7 +220,7 @@ class ProblemEvaluator:
 
     @property
     def device_model(self) -> str:
-        from kernelopt.bench.baselines import device_model
+        from kernelopt.sandbox.device import device_model
 
         return device_model(self.options.device)
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import threading
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import EvalOptions, Evaluator
+from kernelopt.sandbox.device import device_model
 
 # name -> torch.compile mode ("graphs": CUDA graph of eager; None: the reference itself)
 BASELINES = {
@@ -129,28 +128,6 @@ def store_key(problem: Problem, options: EvalOptions, device: str, model: str | 
     image = f"|image {options.image}" if options.isolation == "docker" else ""
     return (f"{problem.content_hash}|{model or device_model(device)}|torch {torch.__version__}|"
             f"cuda {torch.version.cuda}{image}")
-
-
-def device_model(device: str) -> str:
-    """'NVIDIA H100 80GB HBM3' for cuda:N (from nvidia-smi: no CUDA context in this process),
-    the CPU's model name for cpu."""
-    if device.startswith("cuda"):
-        index = device.partition(":")[2] or "0"
-        try:
-            done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", index],
-                                  capture_output=True, text=True, timeout=20)
-            if done.returncode == 0 and done.stdout.strip():
-                return done.stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        return device
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return "cpu " + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu " + platform.machine()
 
 
 def measure_baselines(problem: Problem, names: list[str], options: EvalOptions, device: str,

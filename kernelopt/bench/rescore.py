@@ -109,7 +109,7 @@ def rescore(problem_set: ProblemSet, solutions: list[Solution], options: EvalOpt
 
 def _judge_problem(problem, pending: list[Solution], options: EvalOptions, jobs: int, log: ResultLog,
                    progress: Progress) -> None:
-    from kernelopt.bench.baselines import device_model
+    from kernelopt.sandbox.device import device_model
 
     started, model = time.monotonic(), device_model(options.device)
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import kernelopt
 from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.sandbox.device import device_model
 from kernelopt.sandbox.hardware import Hardware, describe
 from kernelopt.sandbox.results import EvalOptions, EvalResult
 
@@ -143,23 +143,3 @@ def describe_hardware(device: str) -> Hardware:
         return Hardware(summary=f"an {device_model(device)} GPU", facts=[])
 
 
-def device_model(device: str) -> str:
-    """The GPU's model ("NVIDIA H100 80GB HBM3", from nvidia-smi so this process holds no CUDA
-    context) or "cpu <model name>"."""
-    if device.startswith("cuda"):
-        index = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
-        try:
-            done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", index],
-                                  capture_output=True, text=True, timeout=20)
-            if done.returncode == 0 and done.stdout.strip():
-                return done.stdout.strip().splitlines()[0]
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        return "cuda (model unknown)"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return "cpu " + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu " + platform.machine()

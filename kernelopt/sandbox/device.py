@@ -4,6 +4,9 @@ cores timed calls run on. Light to import: torch is loaded only to resolve a CUD
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
+from pathlib import Path
 
 from kernelopt.sandbox.results import EvalOptions
 
@@ -49,3 +52,30 @@ def timing_cpus(options: EvalOptions, device: str) -> list[int] | None:
     if options.pin_timing == "off":
         return None
     return sorted(os.sched_getaffinity(0))[-2:]
+
+
+def device_model(device: str) -> str:
+    """'NVIDIA H100 80GB HBM3' for cuda:N (from nvidia-smi, so this process holds no CUDA
+    context; N counts within CUDA_VISIBLE_DEVICES when it is set, as torch counts), else
+    'cpu <the CPU's model name>'. What baselines are stored under and what a cluster's
+    verdicts are grouped by."""
+    if device.startswith("cuda"):
+        index = device.partition(":")[2] or "0"
+        visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        if visible and index.isdigit() and int(index) < len(visible):
+            index = visible[int(index)].strip()
+        try:
+            done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", index],
+                                  capture_output=True, text=True, timeout=20)
+            if done.returncode == 0 and done.stdout.strip():
+                return done.stdout.strip().splitlines()[0]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        return f"{device} (model unknown)"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "cpu " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu " + platform.machine()
