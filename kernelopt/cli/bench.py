@@ -34,7 +34,7 @@ from kernelopt.cli.options import (
     run_eval_settings,
 )
 from kernelopt.cli.selection import devices_from, problem_set_from
-from kernelopt.cli.text import plural, progress
+from kernelopt.cli.text import plural
 
 
 def add_command(commands) -> None:

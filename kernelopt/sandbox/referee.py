@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import shutil
 import statistics
 import time
@@ -34,8 +33,7 @@ from pydantic import BaseModel, ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import builds as builds_module
-from kernelopt.sandbox import nvrtc
-from kernelopt.sandbox import compare, isolation, labels, profiling, timing
+from kernelopt.sandbox import compare, isolation, labels, nvrtc, profiling, timing
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.results import (
