@@ -24,6 +24,7 @@ rerun skips what was reported) and OUT/builds.md. Needs the CUDA build of torch 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -154,8 +155,29 @@ def build_all(service: BuildService, requests: list[dict], timeout: float) -> li
 
 
 def first_error(log: str) -> str:
+    """The compiler's first error line, without the build directory's path."""
     match = FIRST_ERROR.search(log)
-    return (match.group(0) if match else log.strip()[-300:]).strip()[:300]
+    line = (match.group(0) if match else log.strip()[-300:]).strip()
+    return re.sub(r"^\S*/build/", "", line)[:300]
+
+
+def falls_back(code: str) -> bool:
+    """Whether the candidate catches its own build's failure (a `try:` around the builder call),
+    so that a failed build leaves it running whatever its `except` branch does, usually PyTorch."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and node.handlers:
+            for inner in (n for statement in node.body for n in ast.walk(statement)):
+                if isinstance(inner, ast.Call) and _called_name(inner.func) in ("load_inline", "load"):
+                    return True
+    return False
+
+
+def _called_name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
 def judge_builds(solution, reference: str, backend, service: BuildService, timeout: float) -> dict:
@@ -164,7 +186,8 @@ def judge_builds(solution, reference: str, backend, service: BuildService, timeo
     if not EXTENSION_CALL.search(solution.code):
         return {**record, "outcome": "no_extension"}  # nothing to build: not even loaded
     captured = capture(backend, reference, solution.code)
-    record.update(problems=captured["problems"], builds=build_all(service, captured["requests"], timeout))
+    record.update(problems=captured["problems"], builds=build_all(service, captured["requests"], timeout),
+                  falls_back=falls_back(solution.code))
     return {**record, "outcome": outcome(record["builds"])}
 
 
@@ -177,17 +200,21 @@ def outcome(builds: list[dict]) -> str:
 def report(records: list[dict], machine: str, arch: str) -> str:
     counts = Counter(r["outcome"] for r in records)
     built = [b for r in records for b in r["builds"] if b["ok"] and not b["cached"]]
+    failed = [r for r in records if r["outcome"] == "fails"]
     lines = [f"# Published candidates built by kernelopt's builder ({machine}, sm {arch})", "",
-             f"{len(records)} candidates: {counts['builds']} build, {counts['fails']} fail to build, "
+             f"{len(records)} candidates: {counts['builds']} build, {counts['fails']} fail to build "
+             f"({sum(r.get('falls_back', False) for r in failed)} of them catch the failure and fall back), "
              f"{counts['no_extension']} call no extension builder (PyTorch only), {counts['gpu_path_only']} call the "
              "builder only on a path taken with a GPU (not seen here).",
              f"Cold builds: {len(built)}, median {median([b['seconds'] for b in built])} s.", "",
-             "| level | task | outcome | extensions | seconds | first error or problem |", "| --- | --- | --- | --- | --- | --- |"]
+             "| level | task | outcome | falls back | seconds | first error or problem |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for r in records:
-        if r["outcome"] == "builds":
+        if r["outcome"] in ("builds", "no_extension"):
             continue
         why = "; ".join([b["error"] for b in r["builds"] if not b["ok"]] + r["problems"])
-        lines.append(f"| {r['level']} | {r['problem_id']} | {r['outcome']} | {len(r['builds'])} | "
+        fallback = "yes" if r.get("falls_back") else "no" if r["outcome"] == "fails" else ""
+        lines.append(f"| {r['level']} | {r['problem_id']} | {r['outcome']} | {fallback} | "
                      f"{sum(b['seconds'] for b in r['builds']):.0f} | {' '.join(why.split()).replace('|', '/')[:200]} |")
     return "\n".join(lines) + "\n"
 

@@ -44,8 +44,22 @@ def test_each_candidate_is_captured_in_the_sandbox_and_built_by_the_host(tmp_pat
     assert "error" in by_sample[1]["builds"][0]["error"].lower()
     assert (tmp_path / "cache" / "entries").is_dir() and any((tmp_path / "cache" / "entries").iterdir())
     text = (out / "builds.md").read_text()
-    assert "4 candidates: 1 build, 1 fail to build, 1 call no extension builder" in text
+    assert "4 candidates: 1 build, 1 fail to build (0 of them catch the failure and fall back), 1 call no " \
+           "extension builder" in text
+    assert by_sample[1]["falls_back"] is False and by_sample[1]["builds"][0]["error"].startswith("main.cpp:")
 
     # A rerun reports from the log and builds nothing again.
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and (out / "builds.jsonl").read_text().count("\n") == 4
+
+
+def test_a_candidate_that_catches_its_builds_failure_is_said_to_fall_back():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from published_builds import falls_back
+
+    guarded = ("import torch\ntry:\n    ext = torch.utils.cpp_extension.load_inline(name='x', cpp_sources='')\n"
+               "except Exception:\n    ext = None\n")
+    assert falls_back(guarded)
+    assert not falls_back(CPP_RELU)  # built at module level: a failure is the candidate's failure
+    assert not falls_back("try:\n    import cupy\nexcept ImportError:\n    pass\n" + CPP_RELU)
+
