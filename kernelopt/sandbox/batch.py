@@ -28,7 +28,6 @@ import itertools
 import random
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.sandbox import isolation
+from kernelopt.sandbox import isolation, scratch
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.device import default_memory_limit, resolve_device
 from kernelopt.sandbox.referee import CandidateSession, ReferenceTrials, call_message, input_sets, load_message
@@ -107,7 +106,7 @@ class Evaluator:
             raise RuntimeError("this Evaluator is closed")
         if self._starter is not None:
             return
-        self._root = Path(tempfile.mkdtemp(prefix="kernelopt-eval-"))
+        self._root = scratch.make_root()
         self._starter = _WorkerStarter(self.problem.source, self.backend, self.device,
                                        self.options.memory_limit or default_memory_limit(),
                                        self._root, self.options.timeout)
