@@ -148,7 +148,7 @@ def test_the_interval_adds_what_differs_between_worker_processes():
     # cannot be narrower than their spread, and it grows with the rounds' own part.
     assert calibrated_precision(0.0, "cpu") > 0.03 and calibrated_precision(0.0, "cuda:0") > 0.015
     assert calibrated_precision(0.01, "cpu") < calibrated_precision(0.05, "cpu")
-    assert calibrated_precision(0.2, "cpu") == pytest.approx(0.2, rel=0.05)
+    assert calibrated_precision(0.3, "cpu") == pytest.approx(0.3, rel=0.05)  # the rounds dominate
 
 
 def test_a_gap_in_a_few_calls_is_trimmed_and_so_worth_little():
