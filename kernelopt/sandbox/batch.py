@@ -156,14 +156,17 @@ class Evaluator:
             self._request_ok(worker, load, deadline)
             reply, blobs = self._request_ok(worker, {"cmd": "inputs", "seeds": seeds}, deadline)
             self._request_ok(worker, {"cmd": "run", "count": len(seeds)}, deadline)
+            records = []
             for input_set in input_sets(self.problem, seeds, reply, blobs):
                 worker.send_inputs(call_message(input_set), input_set.packed, deadline)
-                self._check_ok(worker.receive(deadline)[0])
-            reply, _ = self._request_ok(worker, {"cmd": "report"}, deadline)
+                answer = worker.receive(deadline)[0]
+                self._check_ok(answer)
+                records.append(answer["record"])
+            self._request_ok(worker, {"cmd": "report"}, deadline)
         except (WorkerDied, WorkerTimeout) as exc:
             self._reference.discard()
             raise ProblemError(self.problem.path, f"the reference worker failed: {exc}") from None
-        return reply["calls"]
+        return records
 
     def _request_ok(self, worker: WorkerProcess, message: dict, deadline: float):
         reply, blobs = worker.request(message, deadline)

@@ -48,6 +48,10 @@ _MIN_ROUNDS = 3  # interleaving: no single round (one slow moment of one side) d
 _ROUND_BYTES = 1 << 30  # inputs generated up front + outputs kept for the sampled comparison
 _LOG_EXCERPT = 8000
 _SETTLE_S = 30.0  # for the reference to finish a round a candidate's verdict cut short
+# How much more CPU time per second of its turn the candidate's worker may use than the
+# reference's (one thread each): the clocks' noise, not a second core.
+PARALLEL_CPU_TOLERANCE = 0.10
+PARALLEL_CPU_SLACK_S = 0.005
 
 
 class VerdictReached(Exception):
@@ -137,6 +141,8 @@ class SideRound:
 
     timer_ms: list[float]
     host_ms: list[float]
+    turn_s: float = 0.0  # the host's clock over the whole turn
+    cpu_s: float | None = None  # the worker process's CPU time in it (None: not readable)
 
     @property
     def overhead_ms(self) -> float:
@@ -162,6 +168,13 @@ def per_call_overheads(sides: list[SideRound]) -> list[float]:
     """Per call, the host clock's ms beyond the worker's timer. Calls pair up across the two
     sides (the same round, the same inputs), so their differences compare like with like."""
     return [host - timer for side in sides for host, timer in zip(side.host_ms, side.timer_ms)]
+
+
+def with_calls(report: dict, records: list[dict]) -> dict:
+    """A run's report with the records its calls' answers carried, as _parse_run reads it.
+    The records come from the answers, never from the report: by the report, the program
+    has had its chances to run again."""
+    return {**report, "calls": records}
 
 
 def load_message(backend: isolation.Backend, device: str, scratch: Path, fingerprint_seed: int, *,
@@ -481,19 +494,22 @@ class CandidateSession:
             self._start_reference(run)
             self._start_run(self.candidate, len(inputs), cand_run)
             outputs = {self.reference: [], self.candidate: []}
+            records = {self.reference: [], self.candidate: []}
             for input_set in inputs:
                 self._send_call(self.reference, input_set)
                 run.sent += 1
                 self._send_call(self.candidate, input_set)
                 for worker, flags in ((self.reference, ref_run), (self.candidate, cand_run)):
-                    outputs[worker] += self._call_reply(worker, flags)
+                    record, blobs = self._call_reply(worker, flags)
+                    records[worker].append(record)
+                    outputs[worker] += blobs
                     run.answered += worker is self.reference
                 self._check_sandbox_census()  # after every call (see _timed_calls)
             reports = {self.reference: self._report_reference(run), self.candidate: self._report(self.candidate)}
         except (VerdictReached, WorkerDied, WorkerTimeout):  # the candidate's end (the reference's is ProblemError)
             self._settle_reference(run)
             raise
-        return outputs, reports
+        return outputs, {worker: with_calls(reports[worker], records[worker]) for worker in reports}
 
     def _start_reference(self, run: ReferenceRun) -> None:
         self._start_run(self.reference, len(run.inputs), run.flags)
@@ -506,16 +522,22 @@ class CandidateSession:
         run.report = "read"
         return reply
 
-    def _call_reply(self, worker: WorkerProcess, flags: dict) -> list[bytes]:
-        """A worker's answer to one call: its output blob when the run returns outputs."""
+    def _call_reply(self, worker: WorkerProcess, flags: dict) -> tuple[dict, list[bytes]]:
+        """A worker's answer to one call: its record, and its output blob when the run
+        returns outputs."""
         reply, blobs = self._receive(worker, with_blobs=True)
-        if reply.get("called") is None:
-            self._protocol_error(worker, "called")
+        record = self._call_record(worker, reply)
         if not flags.get("return_outputs"):
-            return []
+            return record, []
         if len(blobs) != 1:
             self._protocol_error(worker, "one output blob per call")
-        return blobs
+        return record, blobs
+
+    def _call_record(self, worker: WorkerProcess, reply: dict) -> dict:
+        """The record a call's answer carries (validated with the run's report: _parse_run)."""
+        if reply.get("called") is None or not isinstance(reply.get("record"), dict):
+            self._protocol_error(worker, "called, with the call's record")
+        return reply["record"]
 
     def _make_inputs(self, seeds: list[int]) -> list[InputSet]:
         """Input sets made by the reference worker (trusted code only) for the host's seeds."""
@@ -666,8 +688,8 @@ class CandidateSession:
     def _timed_round(self, calls: int, number: int) -> tuple[SideRound, SideRound]:
         """One round of `calls` timed calls per side: each worker takes them with the host to
         itself (the candidate first in even rounds, the reference in odd ones), the host's
-        clock around every call, and the other worker's sandbox stopped (SIGSTOP) meanwhile;
-        then both fingerprint their outputs side by side. Every
+        clock around every call (each answer bringing the call's record and fingerprints), and
+        the other worker's sandbox stopped (SIGSTOP) meanwhile; then both report. Every
         call's inputs are handed over only as that call starts. Each worker's loop begins with
         one more call, on inputs of its own, that is checked but not timed: after the other
         worker's turn, a process's caches are cold, and how fast each warms up is a trait of
@@ -678,7 +700,7 @@ class CandidateSession:
         first, second = (self.candidate, self.reference) if number % 2 == 0 else (self.reference, self.candidate)
         at = self._placement(inputs)
         ref_run = ReferenceRun(inputs, run)
-        sides, replies = {}, {}
+        sides, records, replies = {}, {}, {}
         try:
             for worker in (first, second):
                 idle = self.candidate if worker is self.reference else self.reference
@@ -688,7 +710,7 @@ class CandidateSession:
                         self._start_reference(ref_run)
                     else:
                         self._start_run(worker, len(inputs), run)
-                    sides[worker] = self._timed_calls(worker, inputs, at, ref_run)
+                    sides[worker], records[worker] = self._timed_calls(worker, inputs, at, ref_run)
                 finally:
                     idle.thaw()
             self._send(self.reference, {"cmd": "report"})
@@ -701,10 +723,11 @@ class CandidateSession:
             self._settle_reference(ref_run)
             raise
         seeds = [s.seed for s in inputs]
-        cand = self._parse_run(replies[self.candidate], seeds)
-        ref = self._parse_run(replies[self.reference], seeds, trusted=True)
+        cand = self._parse_run(with_calls(replies[self.candidate], records[self.candidate]), seeds)
+        ref = self._parse_run(with_calls(replies[self.reference], records[self.reference]), seeds, trusted=True)
         self._raise_violations(cand.violations)
         self._check_sandbox_census()
+        self._check_parallelism(sides[self.candidate], sides[self.reference])
         for c, r in zip(cand.calls, ref.calls):
             self._check_call_invariants(c, r)
             mismatch = compare.compare_fingerprints(c.fingerprints, r.fingerprints, [list(m) for m in r.meta],
@@ -732,11 +755,13 @@ class CandidateSession:
         return self._seed_source.randrange(pages) * 4096 + self._seed_source.randrange(64) * 64
 
     def _timed_calls(self, worker: WorkerProcess, inputs: list[InputSet], at: int,
-                     ref_run: ReferenceRun) -> SideRound:
+                     ref_run: ReferenceRun) -> tuple[SideRound, list[dict]]:
         """The worker's calls of a round, one at a time, each bracketed by the host's clock
-        from handing over its inputs to its answer (the output copied out)."""
-        host_ms = []
+        from handing over its inputs to its answer (the output copied out and fingerprinted,
+        the call's record). Returns the host's times and the calls' records."""
+        host_ms, records = [], []
         reference = worker is self.reference
+        cpu_before, turn_begin = worker.cpu_seconds(), time.perf_counter()
         for input_set in inputs:
             begin = time.perf_counter()
             self._send_call(worker, input_set, at)
@@ -744,8 +769,9 @@ class CandidateSession:
             reply, _ = self._receive(worker)
             host_ms.append((time.perf_counter() - begin) * 1e3)
             ref_run.answered += reference
-            if reply.get("called") is None:
-                self._protocol_error(worker, "called")
+            records.append(self._call_record(worker, reply))
+        turn_s, cpu_after = time.perf_counter() - turn_begin, worker.cpu_seconds()
+        cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
         if not reference:
             # As the candidate's turn ends, not only at the round's report: a thread or process
             # its calls left running could slow the reference's turn on the shared core and be
@@ -753,7 +779,7 @@ class CandidateSession:
             # the candidate's /proc entries between its calls slowed it by 4 % (an exact copy
             # of a 40 us kernel measured 0.96x).
             self._check_sandbox_census()
-        return SideRound(timer_ms=[], host_ms=host_ms)
+        return SideRound(timer_ms=[], host_ms=host_ms, turn_s=turn_s, cpu_s=cpu_s), records
 
     def _timing_cpu(self, number: int) -> int | None:
         """The core both workers' calls of round `number` run on: the same for both sides of
@@ -810,6 +836,28 @@ class CandidateSession:
                 self.flags.append("native_threads")
             if not self.device.startswith("cuda"):  # the CUDA driver starts threads lazily
                 raise VerdictReached("rejected", self._thread_message(threads), ("native_threads",))
+
+    def _check_parallelism(self, cand: SideRound, ref: SideRound) -> None:
+        """Each side of a round runs its calls on one core. A thread that the candidate starts
+        and joins within a call leaves nothing for a census to see, but the CPU time it used
+        stays in the process's CPU clock: a turn that used more CPU time per second of wall
+        time than the reference's turn (beyond noise) ran work on several cores at once."""
+        if cand.cpu_s is None or ref.cpu_s is None or cand.turn_s <= 0 or ref.turn_s <= 0:
+            return
+        allowed = cand.turn_s * max(1.0, ref.cpu_s / ref.turn_s) * (1 + PARALLEL_CPU_TOLERANCE) \
+            + PARALLEL_CPU_SLACK_S
+        if cand.cpu_s <= allowed:
+            return
+        if "native_threads" not in self.flags:
+            self.flags.append("native_threads")
+        if self.device.startswith("cuda"):  # the CUDA driver's threads work beside the calls
+            return
+        raise VerdictReached("rejected", (
+            f"the candidate's worker used {cand.cpu_s * 1e3:.1f} ms of CPU time in a turn of "
+            f"{cand.turn_s * 1e3:.1f} ms: its calls ran work on more than one core at once (threads "
+            "started and joined within a call leave no thread behind, but their CPU time counts). "
+            "Evaluations run each side on one CPU thread, so that a speedup compares kernels; do the "
+            "work in the calling thread"), ("native_threads",))
 
     def _thread_message(self, threads: int) -> str:
         """Why extra threads are refused, in terms of what the candidate did. Each side gets one

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
+import signal
 import sys
 import time
 import traceback
@@ -29,6 +31,11 @@ from .cupy_hook import CupyCompiles
 
 _perf_ns = time.perf_counter_ns
 _getprofile, _gettrace = sys.getprofile, sys.gettrace
+# Bound before any program code runs, like the clock: the harness's own turns (below).
+_gc_enable, _gc_disable = gc.enable, gc.disable
+_signal_mask = signal.pthread_sigmask
+_BLOCKABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+_PROGRAM_SIGNAL_MASK = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the mask the worker started with
 _timer_call = None  # measure.Timer.call, bound before the first program code runs
 _CUDA_ERROR_MARKERS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "unspecified launch failure")
@@ -239,6 +246,20 @@ class Worker:
         from .guard import Guard
 
         self.guard = Guard()  # after the harness's own set-up, before any program code runs
+        with program_code():
+            self.model, init_digest = self._load_program(msg)
+        self.cupy.request = None  # a kernel made later (in forward) compiles in process, in memory
+        self._check_interception("after the candidate loaded")
+        self.timer = measure.Timer(self.device)
+        self.fingerprint = measure.Fingerprinter(msg["fingerprint_seed"])
+        return {"ok": True, "init_digest": init_digest, "environment": environment(self.device),
+                "violations": self.guard.violations(), **self._labels()}
+
+    def _load_program(self, msg: dict):
+        """Import the problem (and the candidate), instantiate the model on the device: the
+        model and the digest of the init inputs."""
+        from . import measure
+
         self.problem = self._import_problem(msg["problem_path"])
         try:
             measure.set_seed(msg["init_seed"])
@@ -259,13 +280,7 @@ class Worker:
         except BaseException as exc:
             kind = "problem_error" if self.role == "reference" else "runtime_error"
             raise WorkerFailure(kind, f"{model_class.__name__}(*init_inputs) raised " + _describe(exc)) from None
-        self.model = model
-        self.cupy.request = None  # a kernel made later (in forward) compiles in process, in memory
-        self._check_interception("after the candidate loaded")
-        self.timer = measure.Timer(self.device)
-        self.fingerprint = measure.Fingerprinter(msg["fingerprint_seed"])
-        return {"ok": True, "init_digest": init_digest, "environment": environment(self.device),
-                "violations": self.guard.violations(), **self._labels()}
+        return model, init_digest
 
     def make_inputs(self, msg: dict) -> tuple[dict, list[bytes]]:
         """The reference's input sets for the host's seeds, packed (see transfer.py): the host
@@ -292,17 +307,19 @@ class Worker:
         return {"ok": True, "sets": sets}, blobs
 
     def run(self, msg: dict) -> tuple[dict, list[bytes]]:
-        """Run the model once per `call` frame that follows; report times, fingerprints and
-        input digests when the host says `report`.
+        """Run the model once per `call` frame that follows, answering each with its record
+        (times, output fingerprints and shapes, input digests); at `report`, the run's labels
+        and the guard's findings.
 
         The worker says ready, then takes `count` calls one at a time: each frame brings one
         input set (in the input slot, or in the frame), which is unpacked (contiguous CPU
         tensors as views of it, the rest as fresh copies on the device), run, and its output
-        copied out of the timed region; the worker answers each call
-        (with the output when `return_outputs`) before the host hands over the next inputs.
-        So the host's clock brackets every call, and no call's inputs exist here before it.
-        Fingerprints wait for `report`: on a timed round, the host asks for them only after
-        both workers' calls, so they never overlap the other worker's timed calls.
+        copied and fingerprinted outside the timed region; the worker answers each call with
+        its record (and the output when `return_outputs`) before the host hands over the next
+        inputs. So the host's clock brackets every call, no call's inputs exist here before
+        it, and everything the verdict takes from a call has left the worker before the
+        program's code could run again: a program cannot do a call's work after its answer
+        (in the worker's wait or its report) and have the fingerprints see it.
         """
         from . import measure
 
@@ -312,7 +329,8 @@ class Worker:
         hash_inputs = bool(msg.get("hash_inputs"))
         buffers = self.retained if msg.get("retain") else []
         calls_before = self.tracker.calls
-        records, kept_all = [], []
+        kept_all = []
+        fingerprints = msg.get("fingerprints", True)
         wire.write_frame(self.out_fd, {"ok": True, "ready": True})
         with _pinned_to(msg.get("pin_cpu")):
             for index in range(count):
@@ -332,21 +350,17 @@ class Worker:
                                   input_bytes=sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs)))
                     if hash_inputs:
                         record["inputs_after"] = measure.digest(inputs)
+                    if fingerprints:
+                        record["fingerprints"] = [self.fingerprint(t) for t in kept]
                     blob = [measure.serialize(kept)] if msg.get("return_outputs") else []
                 del inputs
-                records.append(record)
                 kept_all.append(kept)
-                wire.write_frame(self.out_fd, {"ok": True, "called": index}, blob)
+                wire.write_frame(self.out_fd, {"ok": True, "called": index, "record": record}, blob)
         report, _ = self.reader.read()
         if report.get("cmd") != "report":
             return {"ok": False, "kind": "protocol", "error": "expected report"}, []
-        if msg.get("fingerprints", True):
-            with _harness_only():
-                for record, kept in zip(records, kept_all):
-                    record["fingerprints"] = [self.fingerprint(t) for t in kept]
         self.retained = kept_all if msg.get("retain") else []
-        reply = {"ok": True, "calls": records, "extension_calls": self.tracker.calls - calls_before,
-                 **self._labels()}
+        reply = {"ok": True, "extension_calls": self.tracker.calls - calls_before, **self._labels()}
         reply["violations"] = self.guard.violations() if self.role == "candidate" else []
         return reply, []
 
@@ -380,7 +394,8 @@ class Worker:
         self._check_interception("before its call")
         try:
             # Through the class, bound at import: a method shadowed on the instance is never called.
-            output, event_ms, host_ms = _timer_call(self.timer, self.model, inputs)
+            with program_code():
+                output, event_ms, host_ms = _timer_call(self.timer, self.model, inputs)
         except BaseException as exc:
             raise self._run_failure(exc) from None
         self._check_interception("after its call returned")
@@ -427,8 +442,9 @@ class Worker:
             ncu = {"device": str(self.device), "init_seed": loaded.get("init_seed"),
                    "problem_path": loaded.get("problem_path"), "candidate_path": loaded.get("candidate_path"),
                    "delivered": self.tracker.delivered, "workdir": os.path.join(scratch, "tmp", "ncu")}
-        return profiling.profile_model(self.model, inputs, self.device, budget_s=float(msg.get("budget_s", 1.0)),
-                                       count_work=bool(msg.get("count_work")), ncu=ncu)
+        with program_code():
+            return profiling.profile_model(self.model, inputs, self.device, budget_s=float(msg.get("budget_s", 1.0)),
+                                           count_work=bool(msg.get("count_work")), ncu=ncu)
 
     def fetch(self, msg: dict) -> tuple[dict, list[bytes]]:
         """Full outputs of one call of the last round; the host picks which after the round."""
@@ -492,6 +508,30 @@ def _harness_only():
     import torch
 
     return torch._C.DisableTorchFunction()
+
+
+def harness_turn() -> None:
+    """From here until the program's code is called again, none of it can run: signals are
+    blocked (a handler the program installed waits; a handler that was already due runs
+    now, still inside the host's bracket of the call) and the garbage collector is off (its
+    callbacks and the finalizers of collected objects are the program's code). Otherwise a
+    program could do the work of its timed calls in the harness's untimed steps after them:
+    a timer's handler or a collector callback that fires while the worker waits or reports."""
+    _signal_mask(signal.SIG_BLOCK, _BLOCKABLE_SIGNALS)
+    _gc_disable()
+
+
+@contextlib.contextmanager
+def program_code():
+    """The program's own code (its import, construction, forward, profile) runs as in any
+    process: the collector on and the signal mask the worker started with. The harness's turn
+    resumes when it returns."""
+    _gc_enable()
+    _signal_mask(signal.SIG_SETMASK, _PROGRAM_SIGNAL_MASK)
+    try:
+        yield
+    finally:
+        harness_turn()
 
 
 def interceptors() -> list[str]:
@@ -618,6 +658,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None) -> None:
+    harness_turn()
     reader = wire.FrameReader(cmd_fd)
     worker = Worker(role, reader, out_fd)
     if inputs_fd is not None:

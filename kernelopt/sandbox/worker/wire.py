@@ -16,7 +16,7 @@ import os
 import select
 import time
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAX_HEADER_BYTES = 16 << 20
 
 
