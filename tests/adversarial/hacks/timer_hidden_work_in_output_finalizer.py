@@ -1,12 +1,14 @@
 # problem: 1_ReLU
-# expect-status: rejected
-# expect-flag: timing_inconsistent
+# expect-status: rejected correct
+# speedup-max: 0.5
 # family: timer monkeypatching
 # why: computes ReLU honestly but does 20 ms of work in a finalizer of its output, which runs
-#   when the harness releases the output: after the per-call timer stopped, inside the loop
-#   of calls. Its own timer is untouched, so only the host's clock around the whole loop can
-#   see it. A gap this gross is rejected (after a fresh measurement shows it again); a
-#   smaller one is charged to the candidate (the speedup then uses the host clock)
+#   when the harness releases the output: after the per-call timer stopped, inside the host's
+#   bracket of the call. Its own timer is untouched, so only the host's clock around each call
+#   can see it. The gap is charged to the candidate in full (its speedup then rests on the host
+#   clock: about 0.02x), or rejected as timing_inconsistent when it exceeds three times the
+#   reference's own per-call overhead; that overhead now includes fingerprinting the output
+#   (made inside the bracket), so on a 4 MB output a 20 ms gap is charged rather than rejected
 import time
 import weakref
 
