@@ -832,10 +832,16 @@ class CandidateSession:
                           ("child_processes",))
         threads = self.candidate.thread_growth() - self.reference.thread_growth()
         if threads > 0:
-            if "native_threads" not in self.flags:
-                self.flags.append("native_threads")
-            if not self.device.startswith("cuda"):  # the CUDA driver starts threads lazily
-                raise VerdictReached("rejected", self._thread_message(threads), ("native_threads",))
+            self._more_threads_than_reference(lambda: self._thread_message(threads))
+
+    def _more_threads_than_reference(self, message: Callable[[], str]) -> None:
+        """The candidate ran threads beyond the reference's: flagged, and rejected on a CPU,
+        where each side gets one thread (on CUDA the driver starts threads of its own, lazily,
+        and they work beside the calls)."""
+        if "native_threads" not in self.flags:
+            self.flags.append("native_threads")
+        if not self.device.startswith("cuda"):
+            raise VerdictReached("rejected", message(), ("native_threads",))
 
     def _check_parallelism(self, cand: SideRound, ref: SideRound) -> None:
         """Each side of a round runs its calls on one core. A thread that the candidate starts
@@ -846,18 +852,13 @@ class CandidateSession:
             return
         allowed = cand.turn_s * max(1.0, ref.cpu_s / ref.turn_s) * (1 + PARALLEL_CPU_TOLERANCE) \
             + PARALLEL_CPU_SLACK_S
-        if cand.cpu_s <= allowed:
-            return
-        if "native_threads" not in self.flags:
-            self.flags.append("native_threads")
-        if self.device.startswith("cuda"):  # the CUDA driver's threads work beside the calls
-            return
-        raise VerdictReached("rejected", (
-            f"the candidate's worker used {cand.cpu_s * 1e3:.1f} ms of CPU time in a turn of "
-            f"{cand.turn_s * 1e3:.1f} ms: its calls ran work on more than one core at once (threads "
-            "started and joined within a call leave no thread behind, but their CPU time counts). "
-            "Evaluations run each side on one CPU thread, so that a speedup compares kernels; do the "
-            "work in the calling thread"), ("native_threads",))
+        if cand.cpu_s > allowed:
+            self._more_threads_than_reference(lambda: (
+                f"the candidate's worker used {cand.cpu_s * 1e3:.1f} ms of CPU time in a turn of "
+                f"{cand.turn_s * 1e3:.1f} ms: its calls ran work on more than one core at once (threads "
+                "started and joined within a call leave no thread behind, but their CPU time counts). "
+                "Evaluations run each side on one CPU thread, so that a speedup compares kernels; do the "
+                "work in the calling thread"))
 
     def _thread_message(self, threads: int) -> str:
         """Why extra threads are refused, in terms of what the candidate did. Each side gets one
