@@ -150,7 +150,7 @@ def test_bad_payloads_get_400_with_a_message(real, raw, message):
     ({"prompts": ["p"], "labels": ["1/1"]}, 'missing field "query"'),
     ({"query": ["q"], "prompts": ["p"], "labels": [1]}, '"labels" must be an array of strings'),
     ({"query": ["q", "r"], "prompts": ["p"], "labels": ["1/1"]}, "one entry per sample"),
-    ({"query": ["q"], "prompts": ["p"], "labels": ["nope"]}, "labels[0]: unknown problem id"),
+    ({"query": ["q"], "responses": ["r", "s"], "labels": ["1/1"]}, "one entry per sample"),
 ])
 def test_bad_openrlhf_payloads_get_400(real, body, message):
     code, answer, _ = post(real.url + "/v1/openrlhf", body)
@@ -282,8 +282,10 @@ def test_a_full_queue_sheds_load_at_once_and_every_accepted_request_gets_its_ver
             code, body, headers = post(server.url + "/v1/evaluate", {"problem": problem, "completion": FAST_CODE})
             assert code == 429 and body["code"] == "overloaded" and "queue is full" in body["error"]
             assert int(headers["Retry-After"]) >= 1
+        # OpenRLHF cannot use an error answer: its sample is unscorable instead, at once.
         code, body, _ = post(server.url + "/v1/openrlhf", {"query": [FAST_CODE], "prompts": [""], "labels": ["1/1"]})
-        assert code == 429
+        assert code == 200 and body["statuses"] == ["unscorable"] and body["rewards"] == [0.0]
+        assert "queue is full" in body["messages"][0] and body["extra_logs"]["kernelopt_unscorable"] == [1.0]
         assert time.monotonic() - began < 5  # refused at once, not after the queue drained
         assert not first.done() and not any(f.done() for f in waiting)
         gate.set()
@@ -398,3 +400,70 @@ def test_kernelopt_serve_says_when_the_port_is_taken(capsys):
         taken.listen()
         assert main(["serve", "--device", "cpu", "--port", str(taken.getsockname()[1])]) == 2
     assert "cannot listen on 127.0.0.1" in capsys.readouterr().err
+
+
+# -- OpenRLHF: each sample its own failure, never an answer from the prompt ------------------------
+
+def test_openrlhf_samples_fail_one_by_one_and_only_the_response_is_judged(gated):
+    server, gate, _ = gated(queue_size=8, jobs=1)
+    gate.set()
+    refine = f"<|im_start|>user\nYour last program was correct:\n```python\n{FAST_CODE}```\nMake it faster.<|im_end|>\n"
+    truncated = refine[len(refine) // 3:]  # cut from the left, as OpenRLHF truncates a long prompt
+    body = {"query": [truncated + "garbage", "<|begin_of_text|>" + refine + "garbage<|im_end|>",
+                      refine + f"```python\n{FAST_CODE}```", "x", FAST_CODE],
+            "prompts": [refine, refine, refine, "", ""], "labels": ["1/1", "1/1", "1/1", "7/7", "1/1"]}
+    code, answer, _ = post(server.url + "/v1/openrlhf", body)
+    assert code == 200
+    # The truncated query holds the prompt's correct program: unscorable, never judged on it.
+    assert answer["statuses"] == ["unscorable", "format_error", "correct", "unscorable", "correct"]
+    assert answer["rewards"] == [0.0, 0.0, 2.0, 0.0, 2.0] and answer["scores"] == [0.0, 0.0, 1.0, 0.0, 1.0]
+    assert "does not start with its prompt" in answer["messages"][0]
+    assert "unknown problem id" in answer["messages"][3] and answer["messages"][2] is None
+    assert answer["flags"] == [[]] * 5 and answer["intervals"] == [None] * 5
+    assert answer["extra_logs"]["kernelopt_unscorable"] == [1.0, 0.0, 0.0, 1.0, 0.0]
+    assert all(isinstance(v, float) for values in answer["extra_logs"].values() for v in values)
+    # Without prompts the response cannot be located; given responses are used as they are.
+    code, answer, _ = post(server.url + "/v1/openrlhf", {"query": [FAST_CODE], "labels": ["1/1"]})
+    assert answer["statuses"] == ["unscorable"] and '"prompts"' in answer["messages"][0]
+    code, answer, _ = post(server.url + "/get_reward?extra_logs=0",
+                           {"query": ["q"], "responses": [FAST_CODE], "labels": ["1/1"]})
+    assert answer["statuses"] == ["correct"] and "extra_logs" not in answer  # OpenRLHF 0.8 over HTTP
+
+
+def test_an_openrlhf_sample_past_the_timeout_is_unscorable_not_an_error(gated):
+    server, gate, _ = gated(request_timeout=0.5, queue_size=4, jobs=1)
+    code, answer, _ = post(server.url + "/v1/openrlhf", {"query": [FAST_CODE], "prompts": [""], "labels": ["1/1"]})
+    assert code == 200 and answer["statuses"] == ["unscorable"] and "request timeout" in answer["messages"][0]
+    gate.set()
+
+
+def test_a_request_whose_client_went_away_is_never_judged(gated):
+    server, gate, _ = gated(queue_size=4, jobs=1, concurrency=1)
+    service = server.service
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(post, server.url + "/v1/evaluate", {"problem": "1/1", "completion": FAST_CODE})
+        wait_until(lambda: service.health()["in_flight"] == 1)
+        # A client that gives up (its timeout) while its request waits behind the first.
+        with pytest.raises((TimeoutError, urllib.error.URLError, socket.timeout)):
+            post(server.url + "/v1/evaluate", {"problem": "1/1", "completion": WRONG}, timeout=0.5)
+        # Withdrawn once the service sees the disconnect, before the evaluator is free.
+        wait_until(lambda: service.metrics.abandoned_jobs == 1 and service.health()["queue_depth"] == 0, timeout=30)
+        gate.set()
+        code, body, _ = first.result(timeout=30)
+    assert code == 200 and body["status"] == "correct"
+    judged = service.metrics.verdicts
+    assert judged == {"correct": 1}  # the abandoned WRONG candidate never reached the evaluator
+    assert "kernelopt_abandoned_jobs_total 1" in service.render_metrics()
+
+
+def test_a_rollout_batch_of_single_sample_requests_all_get_rewards_with_the_documented_settings(gated):
+    # OpenRLHF 0.11 asks for each sample's reward on its own, all at once; docs/serve.md: a
+    # queue at least as large as the rollout batch (here 64) answers every one.
+    server, gate, _ = gated(queue_size=64, jobs=2, concurrency=2)
+    body = {"query": [FAST_CODE], "prompts": [""], "labels": ["1/1"]}
+    with ThreadPoolExecutor(64) as pool:
+        futures = [pool.submit(post, server.url + "/v1/openrlhf", body) for _ in range(64)]
+        wait_until(lambda: sum(server.service.health()[k] for k in ("queue_depth", "in_flight")) >= 60, timeout=60)
+        gate.set()
+        answers = [future.result(timeout=120) for future in futures]
+    assert [(code, a["statuses"], a["rewards"]) for code, a, _ in answers] == [(200, ["correct"], [2.0])] * 64

@@ -8,22 +8,29 @@ the service's loaded set (e.g. "1/3" or a problem name); a dict {"id": ...} or {
 is passed through.
 
 - verl: `compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)`, its
-  custom reward function (`custom_reward_function.path` = this file; the name is verl's
-  default). `ground_truth` names the problem. Returns a float; with `details=True` (verl's
-  `custom_reward_function.reward_kwargs`) a dict with "score" plus the verdict, which verl logs.
-  `compute_score_async` is the same for verl's asynchronous reward loop.
-- TRL: `make_trl_reward(...)` / `make_trl_reward_async(...)` build GRPOTrainer reward functions
-  `(prompts, completions, **columns) -> list[float]`; the problem comes from a dataset column
-  ("problem" by default, else "ground_truth"). `trl_reward` and `trl_reward_async` are ready-made.
+  custom reward function (verl 0.9: `reward.custom_reward_function.path` = this file; 0.6:
+  `custom_reward_function.path`; the name is verl's default). `ground_truth` names the problem.
+  Returns a dict with "score" and "acc" (correctness) plus the verdict, which verl logs; with
+  `details=False` the reward alone. `compute_score_async` is the same for verl's async reward loop.
+- TRL: `TRLReward` / `TRLRewardAsync` (picklable; `make_trl_reward(...)` builds one) are
+  GRPOTrainer reward functions `(prompts, completions, **columns) -> list[float | None]`; the
+  problem comes from a dataset column ("problem" by default, else "ground_truth").
+  `trl_reward` and `trl_reward_async` are ready-made.
 - OpenRLHF: `reward_func(queries, prompts, labels)` (this file works as --remote_rm_url
   directly); it sends the batch to the service's OpenRLHF endpoint and returns OpenRLHF's dict
   of tensors. OpenRLHF can also call that endpoint itself (--remote_rm_url URL/v1/openrlhf).
 
+Only the response is judged: verl and TRL hand over the response alone; for OpenRLHF the
+service takes what follows the prompt in the query, and a sample whose query does not start
+with its prompt (a prompt truncated from the left) is unscorable, never judged on prompt text.
+
 Failures: a candidate that fails (no program, compile error, wrong, slow, caught cheating) gets
-its reward from the service; that is the training signal. A failure of the service (not
-reachable, a bad request, a broken reference, a timeout) raises `RewardServiceError`: a reward
-made up for it would train the model on noise. Overloaded answers (429/503) are retried after
-the Retry-After the service sends, for up to `retry_for` seconds.
+its reward from the service; that is the training signal. A sample the service cannot judge (an
+unknown problem, a missing column, a timeout, a full queue, the service unreachable) is
+*unscorable*: None for TRL, which skips it; `failure_reward` for verl and OpenRLHF, which cannot;
+each with a `RewardWarning`, never an exception that stops the step. Overloaded answers
+(429/503) are retried after the Retry-After the service sends, for up to `retry_for` seconds.
+`RewardClient` itself raises `RewardServiceError`.
 
 Standard library only (urllib, threads, asyncio); torch only for OpenRLHF's tensors.
 """
@@ -31,12 +38,14 @@ Standard library only (urllib, threads, asyncio); torch only for OpenRLHF's tens
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -89,6 +98,24 @@ class RewardClient:
         futures = [self.pool.submit(self.evaluate, p, c, reward, options) for p, c in zip(problems, completions)]
         return [future.result() for future in futures]
 
+    def evaluate_each(self, problems: Sequence, completions: Sequence[str], reward: str | None = None,
+                      options: dict | None = None) -> list[dict | RewardServiceError]:
+        """`evaluate_many`, where a sample that gets no answer has its RewardServiceError in its
+        place instead of failing the others."""
+        _check_lengths(problems, completions)
+        futures = [self.pool.submit(self.evaluate, p, c, reward, options) for p, c in zip(problems, completions)]
+        return [_answer_or_error(future.result) for future in futures]
+
+    async def evaluate_each_async(self, problems: Sequence, completions: Sequence[str], reward: str | None = None,
+                                  options: dict | None = None) -> list[dict | RewardServiceError]:
+        _check_lengths(problems, completions)
+        results = await asyncio.gather(*(self.evaluate_async(p, c, reward, options)
+                                         for p, c in zip(problems, completions)), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, RewardServiceError):
+                raise result
+        return list(results)
+
     async def evaluate_async(self, problem, completion: str, reward: str | None = None,
                              options: dict | None = None) -> dict:
         """`evaluate` for an event loop: the request runs in the client's threads."""
@@ -135,6 +162,13 @@ class RewardClient:
                                          f"{exc}") from None
 
 
+def _answer_or_error(result) -> dict | RewardServiceError:
+    try:
+        return result()
+    except RewardServiceError as exc:
+        return exc
+
+
 def _check_lengths(problems: Sequence, completions: Sequence) -> None:
     if len(problems) != len(completions):
         raise ValueError(f"{len(completions)} completions but {len(problems)} problems")
@@ -167,41 +201,76 @@ def client_for(url: str | None = None) -> RewardClient:
 # -- verl -----------------------------------------------------------------------------------------
 
 def compute_score(data_source, solution_str: str, ground_truth, extra_info=None, *, url: str | None = None,
-                  reward: str | None = None, options: dict | None = None, details: bool = False, **_):
-    """verl's custom reward function: the reward of `solution_str` (the decoded response) for the
-    problem `ground_truth` names. `data_source` and `extra_info` are not needed. With details,
-    a dict: "score" (the reward), "correct" (1.0/0.0), "speedup" (0.0 unless correct), "status"."""
-    answer = client_for(url).evaluate(ground_truth, solution_str, reward, options)
+                  reward: str | None = None, options: dict | None = None, details: bool = True,
+                  failure_reward: float = 0.0, **_):
+    """verl's custom reward function: the reward of `solution_str` for the problem `ground_truth`
+    names. verl decodes the response tokens alone (the prompt's are cut at the token boundary),
+    so no prompt text reaches the referee. `data_source` and `extra_info` are not needed.
+
+    With details (the default), a dict verl logs key by key: "score" (the reward), "acc"
+    (1.0 when correct: verl's accuracy metric, never the speedup), "speedup" (0.0 unless
+    correct), "interval" (the interval's relative half-width, 0.0 when none), "flagged",
+    "unscorable" (1.0 when no verdict) and "status". A sample the service could not judge
+    (unknown problem, timeout, full queue) gets `failure_reward`, with a warning: verl has no
+    way to skip one sample."""
+    try:
+        answer = client_for(url).evaluate(ground_truth, solution_str, reward, options)
+    except RewardServiceError as exc:
+        return _verl_result(_unscorable(exc, failure_reward), details)
     return _verl_result(answer, details)
 
 
 async def compute_score_async(data_source, solution_str: str, ground_truth, extra_info=None, *,
                               url: str | None = None, reward: str | None = None, options: dict | None = None,
-                              details: bool = False, **_):
+                              details: bool = True, failure_reward: float = 0.0, **_):
     """`compute_score` as a coroutine (verl's reward loop awaits coroutine reward functions)."""
-    answer = await client_for(url).evaluate_async(ground_truth, solution_str, reward, options)
+    try:
+        answer = await client_for(url).evaluate_async(ground_truth, solution_str, reward, options)
+    except RewardServiceError as exc:
+        return _verl_result(_unscorable(exc, failure_reward), details)
     return _verl_result(answer, details)
 
 
 def _verl_result(answer: dict, details: bool):
     if not details:
         return float(answer["reward"])
-    return {"score": float(answer["reward"]), "correct": 1.0 if answer["correct"] else 0.0,
-            "speedup": float(answer["speedup"] or 0.0), "status": answer["status"]}
+    correct = 1.0 if answer["correct"] else 0.0
+    return {"score": float(answer["reward"]), "acc": correct, "correct": correct,
+            "speedup": float(answer["speedup"] or 0.0), "interval": _half_width(answer),
+            "flagged": 1.0 if answer.get("flags") else 0.0,
+            "unscorable": 1.0 if answer["status"] == "unscorable" else 0.0, "status": answer["status"]}
+
+
+def _half_width(answer: dict) -> float:
+    interval, speedup = answer.get("speedup_interval"), answer.get("speedup")
+    return (interval[1] - speedup) / speedup if interval and speedup else 0.0
+
+
+def _unscorable(error: RewardServiceError, failure_reward: float | None) -> dict:
+    """A made-up answer for a sample the service did not judge, logged as a warning."""
+    warnings.warn(f"kernelopt: a sample is unscorable, rewarded {failure_reward}: {error}", RewardWarning,
+                  stacklevel=3)
+    return {"reward": failure_reward, "correct": False, "speedup": None, "status": "unscorable", "flags": [],
+            "speedup_interval": None, "message": str(error)}
+
+
+class RewardWarning(UserWarning):
+    """A sample got no verdict; the trainer's step goes on without it (or with the failure reward)."""
 
 
 # -- TRL ------------------------------------------------------------------------------------------
 
 def completion_text(completion) -> str:
     """A TRL completion as text: a string as is; a conversational one (a list of messages) as
-    the text of its assistant messages, in order (the program is the last one defining ModelNew)."""
+    the text of its assistant messages, in order (the program is the last one defining ModelNew).
+    TRL passes the completion alone (the tokens after the prompt's), never the prompt."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
         completion = [completion]
     texts = []
     for message in completion:
-        if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+        if isinstance(message, dict) and message.get("role") == "assistant":
             texts.append(_content_text(message.get("content")))
     return "\n\n".join(texts)
 
@@ -227,36 +296,69 @@ def problems_from_columns(columns: dict, count: int, column: str | None = None) 
                              "holding each prompt's reference program or problem id (or pass column=...)")
 
 
-def make_trl_reward(url: str | None = None, *, column: str | None = None, reward: str | None = None,
-                    options: dict | None = None, name: str = "kernelopt_reward"):
-    """A GRPOTrainer reward function. Requests of a batch are sent concurrently."""
-    client = client_for(url)
+class TRLReward:
+    """A GRPOTrainer reward function `(prompts, completions, **columns) -> list[float | None]`,
+    as a picklable object (TRL's asynchronous GRPO pickles its reward functions; a closure
+    cannot be pickled). Requests of a batch are sent concurrently. A sample that cannot be
+    judged (unknown problem, missing column, timeout, full queue) gets None, which TRL skips
+    for that sample, with a warning; the step goes on. TRL logs the rewards under `name`."""
 
-    def kernelopt_reward(prompts, completions, **columns) -> list[float]:
-        problems = problems_from_columns(columns, len(completions), column)
-        answers = client.evaluate_many(problems, [completion_text(c) for c in completions], reward, options)
+    def __init__(self, url: str | None = None, *, column: str | None = None, reward: str | None = None,
+                 options: dict | None = None, name: str = "kernelopt_reward"):
+        self.url, self.column, self.reward, self.options = url, column, reward, dict(options or {}) or None
+        self.__name__ = name
+
+    def __call__(self, prompts, completions, **columns) -> list[float | None]:
+        problems = self._problems(columns, len(completions))
+        if problems is None:
+            return [None] * len(completions)
+        answers = client_for(self.url).evaluate_each(problems, [completion_text(c) for c in completions],
+                                                     self.reward, self.options)
+        return self._rewards(columns, answers)
+
+    def _problems(self, columns: dict, count: int) -> list | None:
+        try:
+            return problems_from_columns(columns, count, self.column)
+        except RewardServiceError as exc:
+            warnings.warn(f"kernelopt: {count} samples are unscorable: {exc}", RewardWarning, stacklevel=3)
+            return None
+
+    def _rewards(self, columns: dict, answers: list) -> list[float | None]:
+        answers = [_unscorable(a, None) if isinstance(a, RewardServiceError) else a for a in answers]
         _log_to_trl(columns, answers)
-        return [float(a["reward"]) for a in answers]
+        return [None if a["status"] == "unscorable" else float(a["reward"]) for a in answers]
 
-    kernelopt_reward.__name__ = kernelopt_reward.__qualname__ = name  # TRL logs rewards under this name
-    return kernelopt_reward
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(url={self.url!r}, reward={self.reward!r}, name={self.__name__!r})"
+
+
+class TRLRewardAsync(TRLReward):
+    """The same with an async __call__: TRL runs async reward functions concurrently with the
+    others on its event loop. Marked for the checks older TRLs make (asyncio's and inspect's
+    iscoroutinefunction look at the object, not at its __call__)."""
+
+    _is_coroutine = getattr(asyncio.coroutines, "_is_coroutine", None)
+    _is_coroutine_marker = getattr(inspect, "_is_coroutine_mark", None)
+
+    async def __call__(self, prompts, completions, **columns) -> list[float | None]:
+        problems = self._problems(columns, len(completions))
+        if problems is None:
+            return [None] * len(completions)
+        answers = await client_for(self.url).evaluate_each_async(
+            problems, [completion_text(c) for c in completions], self.reward, self.options)
+        return self._rewards(columns, answers)
+
+
+def make_trl_reward(url: str | None = None, *, column: str | None = None, reward: str | None = None,
+                    options: dict | None = None, name: str = "kernelopt_reward") -> TRLReward:
+    """A GRPOTrainer reward function (a `TRLReward`)."""
+    return TRLReward(url, column=column, reward=reward, options=options, name=name)
 
 
 def make_trl_reward_async(url: str | None = None, *, column: str | None = None, reward: str | None = None,
-                          options: dict | None = None, name: str = "kernelopt_reward"):
-    """The same as a coroutine function: TRL runs async reward functions concurrently with the
-    others on its event loop."""
-    client = client_for(url)
-
-    async def kernelopt_reward(prompts, completions, **columns) -> list[float]:
-        problems = problems_from_columns(columns, len(completions), column)
-        answers = await client.evaluate_many_async(problems, [completion_text(c) for c in completions],
-                                                   reward, options)
-        _log_to_trl(columns, answers)
-        return [float(a["reward"]) for a in answers]
-
-    kernelopt_reward.__name__ = kernelopt_reward.__qualname__ = name
-    return kernelopt_reward
+                          options: dict | None = None, name: str = "kernelopt_reward") -> TRLRewardAsync:
+    """An async GRPOTrainer reward function (a `TRLRewardAsync`)."""
+    return TRLRewardAsync(url, column=column, reward=reward, options=options, name=name)
 
 
 def _log_to_trl(columns: dict, answers: list[dict]) -> None:
@@ -264,24 +366,40 @@ def _log_to_trl(columns: dict, answers: list[dict]) -> None:
     log_extra, log_metric = columns.get("log_extra"), columns.get("log_metric")
     if callable(log_extra):
         log_extra("kernelopt_status", [a["status"] for a in answers])
+        log_extra("kernelopt_interval", [a.get("speedup_interval") for a in answers])
+        log_extra("kernelopt_flags", [list(a.get("flags") or ()) for a in answers])
     if callable(log_metric) and answers:
         log_metric("kernelopt/correct", sum(1.0 for a in answers if a["correct"]) / len(answers))
+        log_metric("kernelopt/unscorable", sum(1.0 for a in answers if a["status"] == "unscorable") / len(answers))
 
 
-trl_reward = make_trl_reward()
-trl_reward_async = make_trl_reward_async()
+trl_reward = TRLReward()
+trl_reward_async = TRLRewardAsync()
 
 
 # -- OpenRLHF -------------------------------------------------------------------------------------
 
-def reward_func(queries: list[str], prompts: list[str], labels: list[str], *, url: str | None = None, **_) -> dict:
+def reward_func(queries: list[str], prompts: list[str], labels: list[str], *, url: str | None = None,
+                failure_reward: float = 0.0, **_) -> dict:
     """OpenRLHF's custom reward function (--remote_rm_url path/to/this/file.py): each query is a
-    prompt and its response, each label names the problem. Returns {"rewards", "scores" (1.0
-    when correct: for dynamic filtering), "extra_logs"} as tensors, as OpenRLHF expects."""
+    prompt and its response, each label names the problem. The service takes the response as
+    what follows the prompt in the query, and calls a sample whose query does not start with its
+    prompt (truncated from the left) unscorable. Returns {"rewards", "scores" (1.0 when correct:
+    for dynamic filtering), "extra_logs"} as tensors, as OpenRLHF expects (0.8 concatenates them,
+    0.11 reads one number per sample). When the service cannot answer at all, every sample gets
+    `failure_reward` with a warning (OpenRLHF cannot skip a sample)."""
     import torch
 
-    answer = client_for(url).post("/v1/openrlhf", {"query": list(queries), "prompts": list(prompts),
-                                                   "labels": list(labels)})
+    try:
+        answer = client_for(url).post("/v1/openrlhf", {"query": list(queries), "prompts": list(prompts),
+                                                       "labels": list(labels)})
+    except RewardServiceError as exc:
+        _unscorable(exc, failure_reward)
+        count = len(queries)
+        answer = {"rewards": [failure_reward] * count, "scores": [0.0] * count,
+                  "extra_logs": {key: [1.0 if key == "kernelopt_unscorable" else 0.0] * count
+                                 for key in ("kernelopt_correct", "kernelopt_speedup", "kernelopt_unscorable",
+                                             "kernelopt_interval", "kernelopt_flagged")}}
     return {"rewards": torch.tensor(answer["rewards"], dtype=torch.float),
             "scores": torch.tensor(answer["scores"], dtype=torch.float),
             "extra_logs": {key: torch.tensor(values, dtype=torch.float)

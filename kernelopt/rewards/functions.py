@@ -35,8 +35,16 @@ FAILURE_STATUSES = {
     "timeout": "runtime",
     "incorrect": "incorrect",
     "rejected": "rejected",
+    # No verdict: the response could not be told from the prompt with certainty, its problem is
+    # unknown, or the service could not judge it in time. Paid as a format error (the answer
+    # gave nothing that can be judged), never from the prompt's text.
+    "unscorable": "format",
 }
 SHAPING = ("format", "compile", "runtime", "incorrect", "rejected")
+# Precision: with `max_interval` set, a correct verdict whose speedup interval (relative
+# half-width p of its 95 % interval) is wider than it is discounted to s / (1 + p), or paid
+# `noisy` when that is given. Written in the spec only when set.
+NOISE = ("max_interval", "noisy")
 
 
 class RewardError(ValueError):
@@ -50,6 +58,7 @@ class Outcome:
     status: str
     speedup: float | None = None
     flags: tuple[str, ...] = ()
+    precision: float | None = None  # half the speedup's 95 % interval, relative to it (None: not known)
 
     @property
     def correct(self) -> bool:
@@ -64,7 +73,15 @@ class Outcome:
             raise RewardError(f"unknown verdict status {status!r}: expected correct or one of "
                               f"{', '.join(sorted(FAILURE_STATUSES))}")
         speedup = data.get("speedup")
-        return cls(status, float(speedup) if speedup is not None else None, tuple(data.get("flags") or ()))
+        precision = data.get("speedup_precision", (data.get("timing") or {}).get("speedup_precision"))
+        return cls(status, float(speedup) if speedup is not None else None, tuple(data.get("flags") or ()),
+                   float(precision) if precision is not None else None)
+
+    def interval(self) -> tuple[float, float] | None:
+        """The speedup's 95 % interval [s (1 - p), s (1 + p)], None when either is not known."""
+        if self.speedup is None or self.precision is None or not math.isfinite(self.precision):
+            return None
+        return max(0.0, self.speedup * (1 - self.precision)), self.speedup * (1 + self.precision)
 
     @classmethod
     def format_error(cls) -> Outcome:
@@ -88,8 +105,27 @@ class RewardFunction:
         if outcome.correct:
             if outcome.speedup is None or not outcome.speedup > 0:
                 raise RewardError("a correct outcome needs a positive speedup")
-            return float(self._score(outcome.speedup, self.params))
+            if "noisy" in self.params and self.too_noisy(outcome):
+                return float(self.params["noisy"])  # withheld: a fixed amount instead
+            return float(self._score(self._trusted_speedup(outcome), self.params))
         return float(self.params[FAILURE_STATUSES[outcome.status]])
+
+    def too_noisy(self, outcome: Outcome) -> bool:
+        """Whether `max_interval` applies to this correct outcome: its interval is wider than the
+        threshold, or not known."""
+        limit = self.params.get("max_interval")
+        if limit is None or not outcome.correct:
+            return False
+        p = outcome.precision
+        return p is None or not math.isfinite(p) or p > limit
+
+    def _trusted_speedup(self, outcome: Outcome) -> float:
+        if not self.too_noisy(outcome):
+            return outcome.speedup
+        p = outcome.precision
+        if p is None or not math.isfinite(p):
+            return 1.0  # no interval: no measured gain is credited
+        return outcome.speedup / (1.0 + p)
 
     def group(self, outcomes: Sequence[Outcome]) -> list[float]:
         """The rewards of a group of outcomes for one prompt (for cuda_l1: normalized within the
@@ -152,8 +188,12 @@ def make_reward(spec: str = "speedup") -> RewardFunction:
     if name not in _REWARDS:
         raise RewardError(f"unknown reward {name!r}: choose one of {', '.join(_REWARDS)} (see docs/rewards.md)")
     score, own, failures, group = _REWARDS[name]
-    given = _parse_params(name, text, allowed=[*own, *SHAPING])
-    params = {**own, **{k: v for k, v in given.items() if k in own}}
+    given = _parse_params(name, text, allowed=[*own, *SHAPING, *NOISE])
+    if "noisy" in given and "max_interval" not in given:
+        raise RewardError(f"reward {name}: noisy= needs max_interval= (the interval width beyond which it is paid)")
+    if given.get("max_interval", 0.0) < 0:
+        raise RewardError(f"reward {name}: max_interval must be at least 0 (a relative half-width, e.g. 0.1)")
+    params = {**own, **{k: v for k, v in given.items() if k in own or k in NOISE}}
     if failures is None:  # log_speedup: the floor follows the clip actually chosen
         failures = dict.fromkeys(SHAPING, -params["clip"])
     params.update(failures)

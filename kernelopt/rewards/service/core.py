@@ -12,13 +12,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from kernelopt.kernelbench import Problem
 from kernelopt.kernelbench.completion import FormatError, extract_code
 from kernelopt.rewards.functions import make_reward
-from kernelopt.rewards.service.answers import format_error_answer, verdict_answer
+from kernelopt.rewards.service.answers import format_error_answer, unscorable_answer, verdict_answer
 from kernelopt.rewards.service.catalog import ProblemCatalog
-from kernelopt.rewards.service.errors import RequestTimedOut
+from kernelopt.rewards.service.errors import Overloaded, RequestTimedOut, ServiceError, ShuttingDown
 from kernelopt.rewards.service.jobs import Job, JobLedger
 from kernelopt.rewards.service.lanes import EvaluatorFactory, LanePool, default_evaluator_factory
 from kernelopt.rewards.service.metrics import Metrics
-from kernelopt.rewards.service.requests import EvalItem, RequestParser
+from kernelopt.rewards.service.requests import EvalItem, RequestParser, Unscorable
 from kernelopt.sandbox.results import EvalOptions
 
 
@@ -53,24 +53,40 @@ class RewardService:
         """A POST /v1/evaluate body, validated (BadRequest says what is wrong)."""
         return self._parser.evaluate(body)
 
-    def parse_openrlhf(self, body) -> list[EvalItem]:
-        """An OpenRLHF remote reward request, validated: one item per sample."""
+    def parse_openrlhf(self, body) -> list[EvalItem | Unscorable]:
+        """An OpenRLHF remote reward request, validated: one item per sample (Unscorable for a
+        sample that cannot be judged)."""
         return self._parser.openrlhf(body)
 
-    def submit(self, items: list[EvalItem]) -> PendingAnswers:
+    def submit(self, items: list[EvalItem | Unscorable], *, per_sample: bool = False) -> PendingAnswers:
         """Accept the items as one request without waiting for verdicts: completions without a
-        program are answered at once, the others are queued in their lanes. Raises ServiceError
-        when nothing was accepted (Overloaded, ShuttingDown, BadRequest for a batch larger than
-        the queue)."""
-        pending = PendingAnswers(items, self._ledger, self.request_timeout)
+        program, and unscorable samples, are answered at once, the others are queued in their
+        lanes. Raises ServiceError when nothing was accepted (Overloaded, ShuttingDown,
+        BadRequest for a batch larger than the queue), except with `per_sample`: then a full
+        queue or a shutdown makes every sample unscorable, and so does a timeout or a failed
+        evaluation later (each sample its own failure, as OpenRLHF needs: it cannot use an
+        error answer)."""
+        pending = PendingAnswers(items, self._ledger, self.request_timeout, per_sample=per_sample)
         jobs = []
         for index, item in enumerate(items):
+            if isinstance(item, Unscorable):
+                self.metrics.verdict("unscorable")
+                pending.answers[index] = unscorable_answer(item, item.reason)
+                continue
             try:
                 jobs.append((index, Job(extract_code(item.completion).code)))
             except FormatError as exc:
                 self.metrics.verdict("format_error")
                 pending.answers[index] = format_error_answer(item, str(exc))
-        self._ledger.admit([job for _, job in jobs])
+        try:
+            self._ledger.admit([job for _, job in jobs])
+        except (Overloaded, ShuttingDown) as exc:
+            if not per_sample:
+                raise
+            for index, _ in jobs:
+                self.metrics.verdict("unscorable")
+                pending.answers[index] = unscorable_answer(items[index], f"not judged: {exc.message}")
+            return pending
         pending.jobs = jobs
         try:
             for index, job in jobs:
@@ -117,8 +133,9 @@ class PendingAnswers:
     and a job per program being judged. Wait with `wait()` from a thread or `wait_async()` from
     an event loop, then always `withdraw()`, which takes back what is still queued."""
 
-    def __init__(self, items: list[EvalItem], ledger: JobLedger, timeout: float):
-        self.items = items
+    def __init__(self, items: list[EvalItem | Unscorable], ledger: JobLedger, timeout: float, *,
+                 per_sample: bool = False):
+        self.items, self.per_sample = items, per_sample
         self.answers: list[dict | None] = [None] * len(items)
         self.jobs: list[tuple[int, Job]] = []
         self._ledger, self._timeout = ledger, timeout
@@ -129,7 +146,11 @@ class PendingAnswers:
             try:
                 result = job.future.result(timeout=self._time_left())
             except FutureTimeout:
-                raise self._timed_out() from None
+                self._failed(index, self._timed_out())
+                continue
+            except ServiceError as exc:
+                self._failed(index, exc)
+                continue
             self.answers[index] = verdict_answer(self.items[index], result)
         return self.answers
 
@@ -140,9 +161,19 @@ class PendingAnswers:
                 # job still queued the same as withdraw() does.
                 result = await asyncio.wait_for(asyncio.wrap_future(job.future), self._time_left())
             except asyncio.TimeoutError:
-                raise self._timed_out() from None
+                self._failed(index, self._timed_out())
+                continue
+            except ServiceError as exc:
+                self._failed(index, exc)
+                continue
             self.answers[index] = verdict_answer(self.items[index], result)
         return self.answers
+
+    def _failed(self, index: int, error: ServiceError) -> None:
+        """A job without a verdict: the request's error, or with per_sample the sample's."""
+        if not self.per_sample:
+            raise error
+        self.answers[index] = unscorable_answer(self.items[index], f"not judged: {error.message}")
 
     def withdraw(self) -> None:
         for _, job in self.jobs:

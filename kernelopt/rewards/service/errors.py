@@ -45,6 +45,12 @@ class ShuttingDown(ServiceError):
     status, kind = 503, "shutting_down"
 
 
+class ClientGone(ServiceError):
+    """The client disconnected before its answer; nobody reads this one (nginx's code)."""
+
+    status, kind = 499, "client_closed_request"
+
+
 class RequestTimedOut(ServiceError):
     status, kind = 504, "timeout"
 

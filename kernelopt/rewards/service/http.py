@@ -12,6 +12,7 @@ default bodies), written with `json.dumps` as before, so clients get the same bo
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import sys
@@ -27,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kernelopt.rewards.service.answers import openrlhf_answer
 from kernelopt.rewards.service.core import RewardService
-from kernelopt.rewards.service.errors import BadRequest, MethodNotAllowed, NotFound, ServiceError
+from kernelopt.rewards.service.errors import BadRequest, ClientGone, MethodNotAllowed, NotFound, ServiceError
 from kernelopt.rewards.service.metrics import Metrics
 from kernelopt.rewards.service.schemas import (REQUEST_MODELS, ErrorAnswer, EvaluateAnswer, EvaluateRequest, Health,
                                                OpenRLHFAnswer, OpenRLHFRequest, ProblemListing)
@@ -61,8 +62,11 @@ async def evaluate(request: Request) -> Response:
 
 
 async def openrlhf(request: Request) -> Response:
-    answers = await _judge(request, RewardService.parse_openrlhf)
-    return JSONAnswer(openrlhf_answer(answers))
+    # Each sample fails on its own (OpenRLHF turns an error answer into a missing reward that
+    # breaks its step); ?extra_logs=0 leaves out the logs OpenRLHF 0.8's HTTP client cannot merge.
+    answers = await _judge(request, RewardService.parse_openrlhf, per_sample=True)
+    extra_logs = request.query_params.get("extra_logs", "1").lower() not in ("0", "false", "no", "off")
+    return JSONAnswer(openrlhf_answer(answers, extra_logs=extra_logs))
 
 
 async def healthz(request: Request) -> Response:
@@ -172,15 +176,34 @@ def _service(request: Request) -> RewardService:
     return request.app.state.service
 
 
-async def _judge(request: Request, parse: Callable[[RewardService, object], list]) -> list[dict]:
-    """Read, check and queue the request's completions, then await their answers."""
+async def _judge(request: Request, parse: Callable[[RewardService, object], list], *,
+                 per_sample: bool = False) -> list[dict]:
+    """Read, check and queue the request's completions, then await their answers. A client
+    that goes away meanwhile (a timeout, a retry) takes its jobs out of the queue: what is
+    not being evaluated yet is never judged."""
     service = _service(request)
     raw = await _read_body(request, request.app.state.max_body)
-    pending = await run_in_threadpool(lambda: service.submit(parse(service, _decode_json(raw))))
+    pending = await run_in_threadpool(lambda: service.submit(parse(service, _decode_json(raw)),
+                                                             per_sample=per_sample))
+    answers = asyncio.ensure_future(pending.wait_async())
+    gone = asyncio.ensure_future(_client_gone(request))
     try:
-        return await pending.wait_async()
+        await asyncio.wait((answers, gone), return_when=asyncio.FIRST_COMPLETED)
+        if answers.done():
+            return answers.result()
+        answers.cancel()
+        service.metrics.abandoned(len(pending.jobs))
+        raise ClientGone("the client closed the connection before its answer")
     finally:
+        gone.cancel()
         pending.withdraw()
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns once the client has disconnected (the body has been read: what the server
+    receives next is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _read_body(request: Request, max_body: int) -> bytes:

@@ -16,6 +16,7 @@ class Metrics:
         self.verdicts: Counter = Counter()  # status -> count
         self.evaluation_seconds_sum = 0.0
         self.evaluation_count = 0
+        self.abandoned_jobs = 0  # withdrawn because their client went away
 
     def request(self, path: str, code: int) -> None:
         with self._lock:
@@ -27,6 +28,10 @@ class Metrics:
             if seconds is not None:
                 self.evaluation_seconds_sum += seconds
                 self.evaluation_count += 1
+
+    def abandoned(self, jobs: int) -> None:
+        with self._lock:
+            self.abandoned_jobs += jobs
 
     def mean_evaluation_seconds(self) -> float | None:
         with self._lock:
@@ -53,5 +58,9 @@ class Metrics:
         lines += ["# HELP kernelopt_evaluation_seconds Seconds of evaluation per candidate, to its verdict.",
                   "# TYPE kernelopt_evaluation_seconds summary",
                   f"kernelopt_evaluation_seconds_sum {self.evaluation_seconds_sum:.6f}",
-                  f"kernelopt_evaluation_seconds_count {self.evaluation_count}"]
+                  f"kernelopt_evaluation_seconds_count {self.evaluation_count}",
+                  "# HELP kernelopt_abandoned_jobs_total Candidates of requests whose client went away first "
+                  "(not judged unless already running).",
+                  "# TYPE kernelopt_abandoned_jobs_total counter",
+                  f"kernelopt_abandoned_jobs_total {self.abandoned_jobs}"]
         return lines

@@ -26,6 +26,8 @@ REQUEST_OPTIONS = tuple(name for name in EvalOptions.model_fields if name not in
 EVALUATE_FIELDS = ("problem", "completion", "reward", "options")
 # Special tokens a decoded query may end with (OpenRLHF decodes with skip_special_tokens=False).
 _TRAILING_SPECIAL_TOKENS = re.compile(r"(?:\s*(?:<\|[^|<>\s]{1,40}\|>|</s>|<eos>|<end_of_turn>))+\s*\Z")
+# ... and may start with (a BOS the tokenizer added before the prompt).
+_LEADING_SPECIAL_TOKENS = re.compile(r"(?:\s*(?:<\|[^|<>\s]{1,40}\|>|<s>|<bos>|\[BOS\]))*\s*")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,16 @@ class EvalItem:
     completion: str
     reward: RewardFunction
     options: EvalOptions
+
+
+@dataclass(frozen=True)
+class Unscorable:
+    """A sample of a batch that cannot be judged (why: `reason`); it gets the reward's failure
+    value and status "unscorable", while the batch's other samples are judged."""
+
+    reason: str
+    reward: RewardFunction
+    problem: Problem | None = None
 
 
 class RequestParser:
@@ -57,19 +69,43 @@ class RequestParser:
         return EvalItem(self.problem(body["problem"]), _string(body, "completion", "completion"),
                         self.reward(body.get("reward")), self.options(body.get("options")))
 
-    def openrlhf(self, body) -> list[EvalItem]:
-        """An OpenRLHF remote reward request: {"query": [...], "prompts": [...], "labels": [...]}.
-        Each label names the problem (as a "problem" string does); the completion is the query
-        after its prompt. Other fields OpenRLHF may add are ignored."""
+    def openrlhf(self, body) -> list[EvalItem | Unscorable]:
+        """An OpenRLHF remote reward request: {"query": [...], "prompts": [...], "labels": [...]},
+        optionally "responses" (each sample's response alone). Each label names the problem; the
+        completion is the response alone, never the prompt: the given response, else the query
+        after its prompt (see `response_part`). A sample whose response cannot be told from its
+        prompt with certainty, or whose label names no problem, is `Unscorable` (one sample's
+        failure, not the request's). Other fields OpenRLHF may add are ignored."""
         _require_object(body)
         queries, labels = _string_list(body, "query", required=True), _string_list(body, "labels", required=True)
-        prompts = _string_list(body, "prompts", required=False) or [""] * len(queries)
-        if not len(queries) == len(labels) == len(prompts):
-            raise BadRequest(f'"query", "prompts" and "labels" must have one entry per sample (got '
-                             f"{len(queries)}, {len(prompts)} and {len(labels)})")
+        prompts = _string_list(body, "prompts", required=False)
+        responses = _string_list(body, "responses", required=False)
+        counts = {"query": len(queries), "labels": len(labels)}
+        counts.update({name: len(v) for name, v in (("prompts", prompts), ("responses", responses)) if v is not None})
+        if len(set(counts.values())) > 1:
+            raise BadRequest(f"{', '.join(f'{name!r}' for name in counts)} must have one entry per sample (got "
+                             f"{', '.join(str(n) for n in counts.values())})")
         reward, options = self.reward(body.get("reward")), self.options(body.get("options"))
-        return [EvalItem(self._labelled_problem(index, label), response_part(query, prompt), reward, options)
-                for index, (query, prompt, label) in enumerate(zip(queries, prompts, labels))]
+        items: list[EvalItem | Unscorable] = []
+        for index, (query, label) in enumerate(zip(queries, labels)):
+            try:
+                problem = self._labelled_problem(index, label)
+            except BadRequest as exc:
+                items.append(Unscorable(exc.message, reward))
+                continue
+            if responses is not None:
+                response, reason = _TRAILING_SPECIAL_TOKENS.sub("", responses[index]), None
+            elif prompts is None:
+                response, reason = None, ('no "prompts" (or "responses") in the request: the response cannot be '
+                                          "told from the prompt, so nothing is judged")
+            else:
+                response = response_part(query, prompts[index])
+                reason = None if response is not None else (
+                    f"samples[{index}]: the query does not start with its prompt (a prompt truncated from the left, "
+                    "or decoded differently): the response cannot be told from the prompt, so nothing is judged")
+            items.append(EvalItem(problem, response, reward, options) if response is not None
+                         else Unscorable(reason, reward, problem))
+        return items
 
     def problem(self, spec) -> Problem:
         """A request's problem: {"id": ...}, {"source": ..., "name": optional}, or a string (a
@@ -130,16 +166,17 @@ def _reward_for(spec: str) -> RewardFunction:
     return make_reward(spec)
 
 
-def response_part(query: str, prompt: str) -> str:
-    """The model's answer in an OpenRLHF query (prompt + response, decoded with special tokens):
-    the text after the prompt when the prompt is found in it, else the whole query (the program
-    is then the last block defining ModelNew, which is the answer's), without trailing special
-    tokens."""
-    if prompt:
-        at = query.find(prompt)
-        if at >= 0:
-            query = query[at + len(prompt):]
-    return _TRAILING_SPECIAL_TOKENS.sub("", query)
+def response_part(query: str, prompt: str) -> str | None:
+    """The model's response in an OpenRLHF query (prompt + response, decoded with special
+    tokens), without trailing special tokens; None when the query does not start with the whole
+    prompt (special tokens such as a BOS aside). Then the response cannot be located with
+    certainty: a prompt cut from the left (OpenRLHF truncates long prompts that way) leaves a
+    query whose every part may be prompt text, and a program in the prompt must never be
+    judged as the answer. An empty prompt says that the query is all response."""
+    at = query.find(prompt) if prompt else 0
+    if at < 0 or not _LEADING_SPECIAL_TOKENS.fullmatch(query[:at]):
+        return None
+    return _TRAILING_SPECIAL_TOKENS.sub("", query[at + len(prompt):])
 
 
 def json_type(value) -> str:

@@ -68,13 +68,19 @@ class EvaluateAnswer(EvalResult):
     status: Literal[Status, "format_error"]
     reward: float = Field(description="the reward of this verdict under the spec")
     reward_spec: str = Field(description="the canonical spec, every parameter written out")
+    speedup_interval: list[float] | None = Field(
+        description="the speedup's 95 % interval [low, high]; null when not correct or not known")
+    interval_too_wide: bool = Field(
+        description="the reward's max_interval applied: the reward was discounted or withheld for noise")
 
 
 class OpenRLHFRequest(BaseModel):
     """OpenRLHF's remote reward request; each label names its sample's problem."""
 
     query: list[str] = Field(description="prompt + response, decoded")
-    prompts: list[str] = _may_be_left_out("default: no prompt to strip")
+    prompts: list[str] = _may_be_left_out(
+        "each query's prompt; a query that does not start with it is unscorable (needed unless responses is sent)")
+    responses: list[str] = _may_be_left_out("each sample's response alone (then the queries are not read)")
     labels: list[str] = Field(description="a problem id or reference source per sample")
     reward: str | None = None
     options: RequestOptions | None = None
@@ -83,8 +89,12 @@ class OpenRLHFRequest(BaseModel):
 class OpenRLHFAnswer(BaseModel):
     rewards: list[float]
     scores: list[float] = Field(description="1.0 for a correct verdict, else 0.0 (dynamic filtering)")
-    extra_logs: dict[str, list[float]]
-    statuses: list[str]
+    extra_logs: dict[str, list[float]] = _may_be_left_out(
+        "one number per sample and key (left out with ?extra_logs=0, for OpenRLHF 0.8 over HTTP)")
+    statuses: list[str] = Field(description="each sample's verdict status, format_error or unscorable")
+    intervals: list[list[float] | None] = Field(description="each speedup's 95 % interval, or null")
+    flags: list[list[str]] = Field(description="each verdict's flags")
+    messages: list[str | None] = Field(description="why a sample is unscorable, else null")
 
 
 class Health(BaseModel):
