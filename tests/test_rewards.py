@@ -112,3 +112,33 @@ def test_max_reward_returns():
     assert max_reward_returns([0.0, 3.0, 1.0], gamma=0.5) == [1.5, 3.0, 1.0]
     assert max_reward_returns([2.0, 1.0]) == [2.0, 1.0]
     assert max_reward_returns([]) == []
+
+
+# -- precision: a reward whose interval is too wide is discounted or withheld ----------------------
+
+def test_a_wide_interval_discounts_the_speedup_or_withholds_the_reward():
+    tight, wide = Outcome("correct", 2.0, precision=0.05), Outcome("correct", 2.0, precision=0.557)
+    assert tight.interval() == pytest.approx((1.9, 2.1)) and Outcome("correct", 2.0).interval() is None
+    plain = make_reward("speedup")
+    assert plain(wide) == 2.0 and not plain.too_noisy(wide)  # no threshold: paid as measured
+    discounted = make_reward("speedup:max_interval=0.1")
+    assert discounted(tight) == 2.0 and not discounted.too_noisy(tight)
+    assert discounted.too_noisy(wide) and discounted(wide) == pytest.approx(2.0 / 1.557)
+    assert discounted(Outcome("correct", 2.0)) == 1.0  # no interval: no measured gain is credited
+    assert discounted(Outcome("incorrect")) == 0.0 and not discounted.too_noisy(Outcome("incorrect"))
+    withheld = make_reward("log_speedup:max_interval=0.1,noisy=0")
+    assert withheld(wide) == 0.0 and withheld(tight) == pytest.approx(math.log(2.0))
+    assert withheld.spec == ("log_speedup:clip=3,compile=-3,format=-3,incorrect=-3,max_interval=0.1,noisy=0,"
+                             "rejected=-3,runtime=-3")
+    assert make_reward(withheld.spec)(wide) == 0.0
+    assert "max_interval" not in make_reward("speedup").spec  # only written when set
+
+
+def test_precision_comes_from_the_verdict_and_unscorable_is_paid_as_a_format_error():
+    data = {"status": "correct", "speedup": 3.0, "timing": {"speedup_precision": 0.2}}
+    assert Outcome.from_result(data).precision == 0.2
+    assert make_reward("speedup:format=-1")(Outcome.from_result({"status": "unscorable"})) == -1.0
+    with pytest.raises(RewardError, match="noisy= needs max_interval="):
+        make_reward("speedup:noisy=0")
+    with pytest.raises(RewardError, match="max_interval must be at least 0"):
+        make_reward("speedup:max_interval=-1")

@@ -96,6 +96,12 @@ def test_concurrent_requests_for_one_problem_each_get_their_own_verdict_from_one
         assert answer["speedup"] > 0 and answer["reward"] == pytest.approx(answer["speedup"])
         assert answer["reward_spec"].startswith("speedup:") and answer["problem_name"] == "ReLU"
         assert answer["timing"]["candidate"]["samples"] >= 3 and len(answer["trials"]) == 2
+        low, high = answer["speedup_interval"]  # the interval and flags come with every reward
+        precision = answer["timing"]["speedup_precision"]
+        assert low == pytest.approx(max(0.0, answer["speedup"] * (1 - precision)))
+        assert high == pytest.approx(answer["speedup"] * (1 + precision))
+        assert answer["interval_too_wide"] is False and answer["flags"] == []
+    assert wrong["speedup_interval"] is None and wrong["interval_too_wide"] is False
     assert wrong["status"] == "incorrect" and wrong["correct"] is False and wrong["speedup"] is None
     assert wrong["reward"] == -0.5 and wrong["reward_spec"].startswith("binary:")
     assert any(not trial["passed"] for trial in wrong["trials"])
