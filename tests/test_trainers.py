@@ -1,0 +1,129 @@
+"""kernelopt's rewards called by the trainers' own reward-calling code, against a reward service
+on loopback with the real referee (device cpu, tiny timing settings).
+
+- TRL (1.16.0, the dev extra): `GRPOTrainer._calculate_rewards` itself, on a trainer object
+  built without a model (only the attributes that method reads: the model is not involved in
+  computing rewards). Skipped when trl is not installed.
+- OpenRLHF: its packages need ray, vllm and deepspeed, too heavy for CI. The request and answer
+  formats are pinned from its source instead: 0.8.11 (`remote_rm_utils.remote_rm_fn_ray` posts
+  {"query", "prompts", "labels"} for a batch; `experience_maker.update_samples_with_rewards`
+  applies `torch.as_tensor` to "rewards"/"scores" and `torch.cat` to each "extra_logs" value)
+  and 0.11.2 (`agent.SingleTurnAgentExecutor` posts one sample per request, the prompt
+  possibly cut from the left; `samples_generator` makes `torch.tensor([value])` of each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import pickle
+import types
+
+import pytest
+import torch
+from conftest import REPO
+
+from kernelopt.kernelbench import load_problem_set
+from kernelopt.rewards import adapters
+from kernelopt.rewards.service import RewardService, start_server
+from kernelopt.sandbox import EvalOptions
+
+HONEST = (REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py").read_text()
+WRONG = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+PROBLEMS = load_problem_set(REPO / "examples" / "level1").problems
+
+
+@pytest.fixture(scope="module")
+def service_url():
+    options = EvalOptions(device="cpu", timing_budget=0.3, correctness_trials=2, warmup_calls=1, min_timed_calls=3,
+                          timeout=120)
+    server = start_server(RewardService(PROBLEMS, options, jobs=2, queue_size=16, request_timeout=300))
+    yield server.url
+    server.stop()
+
+
+def _grpo_trainer_without_a_model(reward_funcs: list):
+    """A GRPOTrainer holding what `_calculate_rewards` reads, set up as its __init__ sets it."""
+    grpo = pytest.importorskip("trl.trainer.grpo_trainer")
+    from accelerate import PartialState
+    from trl.trainer.utils import get_callable_name, is_async_callable
+
+    PartialState(cpu=True)  # what the trainer's Accelerator sets up: one process, on the CPU
+    trainer = object.__new__(grpo.GRPOTrainer)
+    logged_extra, logged_metrics = {}, {}
+    vars(trainer).update(
+        accelerator=types.SimpleNamespace(device=torch.device("cpu"), is_main_process=True),
+        args=types.SimpleNamespace(report_to=[]), state=types.SimpleNamespace(global_step=0),
+        reward_funcs=reward_funcs, reward_processing_classes=[None] * len(reward_funcs),
+        reward_func_names=[get_callable_name(f) for f in reward_funcs], environments=None,
+        _log_completion_extra=lambda column, values: logged_extra.update({column: values}),
+        _log_metric=lambda name, value: logged_metrics.update({name: value}))
+    if any(is_async_callable(f) for f in reward_funcs):
+        trainer.async_loop_thread, trainer.async_loop, ready = grpo.start_event_loop_in_daemon(name="test-loop")
+        ready.wait()
+    return trainer, logged_extra, logged_metrics
+
+
+def test_trl_calculate_rewards_calls_our_picklable_rewards_sync_and_async(service_url):
+    pytest.importorskip("trl")
+    # TRL's async GRPO pickles reward functions: the ones it calls here went through pickle.
+    sync_reward = pickle.loads(pickle.dumps(adapters.make_trl_reward(service_url, reward="binary:incorrect=-0.5")))
+    async_reward = pickle.loads(pickle.dumps(adapters.make_trl_reward_async(service_url, name="kernelopt_speedup")))
+    trainer, logged_extra, logged_metrics = _grpo_trainer_without_a_model([sync_reward, async_reward])
+    try:
+        assert trainer.reward_func_names == ["kernelopt_reward", "kernelopt_speedup"]
+        prompt = [{"role": "user", "content": f"Optimize this:\n```python\n{HONEST}```"}]  # code in the prompt
+        completions = [[{"role": "assistant", "content": f"```python\n{HONEST}```"}],
+                       [{"role": "assistant", "content": f"```python\n{WRONG}```"}],
+                       [{"role": "assistant", "content": "I copied nothing."}],
+                       [{"role": "assistant", "content": f"```python\n{HONEST}```"}]]
+        problems = ["1/1", "1/1", "1/1", "9/99"]  # the last names no problem of the service
+        inputs = [{"prompt": prompt, "completion": c, "problem": p} for c, p in zip(completions, problems)]
+        with pytest.warns(adapters.RewardWarning, match="unknown problem id '9/99'"):
+            rewards = trainer._calculate_rewards(inputs, [prompt] * 4, completions, [[1]] * 4)
+    finally:
+        if hasattr(trainer, "async_loop"):
+            from trl.trainer.grpo_trainer import shutdown_event_loop_in_daemon
+
+            shutdown_event_loop_in_daemon(trainer.async_loop_thread, trainer.async_loop)
+    assert rewards.shape == (4, 2)
+    binary, speedup = rewards[:, 0].tolist(), rewards[:, 1].tolist()
+    assert binary[:3] == [1.0, -0.5, 0.0] and math.isnan(binary[3])  # None: TRL leaves the sample out
+    assert speedup[0] > 0 and speedup[1:3] == [0.0, 0.0] and math.isnan(speedup[3])
+    assert logged_extra["kernelopt_status"] == ["correct", "incorrect", "format_error", "unscorable"]
+    assert logged_metrics["kernelopt/unscorable"] == 0.25
+
+
+# -- OpenRLHF, pinned formats --------------------------------------------------------------------
+
+def _openrlhf_08_update_samples_with_rewards(rewards_info: list[dict], sizes: list[int]) -> dict:
+    """What OpenRLHF 0.8.11's experience maker does with the reward answers of a step (its
+    `update_samples_with_rewards`, restated): as_tensor on rewards and scores, cat on extra_logs."""
+    rewards = torch.cat([torch.as_tensor(info["rewards"]) for info in rewards_info]).split(sizes)
+    scores = torch.cat([torch.as_tensor(info["scores"]) for info in rewards_info]).split(sizes)
+    logs = {}
+    if "extra_logs" in rewards_info[0]:
+        logs = {key: torch.cat([info["extra_logs"][key] for info in rewards_info]).split(sizes)
+                for key in rewards_info[0]["extra_logs"]}
+    return {"rewards": rewards, "scores": scores, "extra_logs": logs}
+
+
+def test_openrlhf_08_merges_what_our_reward_func_returns(service_url):
+    prompt = "<|im_start|>user\nWrite ModelNew for ReLU.<|im_end|>\n<|im_start|>assistant\n"
+    queries = [prompt + f"```python\n{WRONG}```<|im_end|>", prompt + "no<|im_end|>", prompt[20:] + "cut"]
+    chunks = [adapters.reward_func(queries[:2], [prompt] * 2, ["1/1"] * 2, url=service_url),  # per micro batch
+              adapters.reward_func(queries[2:], [prompt], ["1/1"], url=service_url)]
+    merged = _openrlhf_08_update_samples_with_rewards(chunks, [2, 1])
+    assert [r.tolist() for r in merged["rewards"]] == [[0.0, 0.0], [0.0]]
+    assert [v.tolist() for v in merged["extra_logs"]["kernelopt_unscorable"]] == [[0.0, 0.0], [1.0]]
+
+
+def test_openrlhf_011_reads_one_number_per_key_from_a_single_sample_answer(service_url):
+    # 0.11.2's executor calls reward_func([query], [prompt], [label]) in a thread for each rollout,
+    # then makes torch.tensor([value]) of rewards and of each extra_logs value (a tensor's first item).
+    prompt = "<|im_start|>user\nWrite ModelNew.<|im_end|>\n<|im_start|>assistant\n"
+    info = asyncio.run(asyncio.to_thread(adapters.reward_func, [prompt + "nothing"], [prompt], ["1/1"],
+                                         url=service_url))
+    assert torch.tensor([info["rewards"]]).flatten().tolist() == [0.0]
+    logs = {key: torch.tensor([value.flatten()[0].item()]) for key, value in info["extra_logs"].items()}
+    assert logs["kernelopt_correct"].tolist() == [0.0] and logs["kernelopt_unscorable"].tolist() == [0.0]
