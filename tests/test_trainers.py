@@ -4,6 +4,8 @@ on loopback with the real referee (device cpu, tiny timing settings).
 - TRL (1.16.0, the dev extra): `GRPOTrainer._calculate_rewards` itself, on a trainer object
   built without a model (only the attributes that method reads: the model is not involved in
   computing rewards). Skipped when trl is not installed.
+- verl: its packages pin transformers and tensordict builds that conflict with this torch; the
+  way 0.9.1's reward loop loads and calls a custom reward function is restated below.
 - OpenRLHF: its packages need ray, vllm and deepspeed, too heavy for CI. The request and answer
   formats are pinned from its source instead: 0.8.11 (`remote_rm_utils.remote_rm_fn_ray` posts
   {"query", "prompts", "labels"} for a batch; `experience_maker.update_samples_with_rewards`
@@ -15,6 +17,7 @@ on loopback with the real referee (device cpu, tiny timing settings).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import pickle
 import types
@@ -127,3 +130,48 @@ def test_openrlhf_011_reads_one_number_per_key_from_a_single_sample_answer(servi
     assert torch.tensor([info["rewards"]]).flatten().tolist() == [0.0]
     logs = {key: torch.tensor([value.flatten()[0].item()]) for key, value in info["extra_logs"].items()}
     assert logs["kernelopt_correct"].tolist() == [0.0] and logs["kernelopt_unscorable"].tolist() == [0.0]
+
+
+# -- verl, pinned formats ------------------------------------------------------------------------
+# verl 0.9.1 (`trainer/ppo/reward.get_custom_reward_fn`, `reward_loop/reward_manager/naive.py`)
+# reads `reward.custom_reward_function.{path,name,reward_kwargs}`, loads the function from the
+# file, merges reward_kwargs over the call's keywords (reward_kwargs win), awaits it when it is a
+# coroutine function, and calls it with data_source, solution_str (the response tokens alone,
+# decoded), ground_truth and extra_info. A dict answer gives the reward under "score" and every
+# other key to its logs; a float answer is logged as "acc".
+
+def _verl_091_reward(fn, reward_kwargs: dict):
+    import functools
+
+    if inspect.iscoroutinefunction(fn):
+        async def merged(*args, **kwargs):
+            return await fn(*args, **{**kwargs, **reward_kwargs})
+        return merged
+    return functools.partial(lambda *args, **kwargs: fn(*args, **{**kwargs, **reward_kwargs}))
+
+
+def _verl_091_score(reward, **call) -> tuple[float, dict]:
+    if inspect.iscoroutinefunction(reward):
+        result = asyncio.run(reward(**call))
+    else:
+        result = reward(**call)
+    if isinstance(result, dict):
+        return result["score"], {key: value for key, value in result.items() if key != "score"}
+    return result, {"acc": result}
+
+
+def test_verl_091_reward_loop_gets_the_reward_under_score_and_correctness_under_acc(service_url):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("custom_module", adapters.__file__)  # path = this file
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("compute_score", "compute_score_async"):
+        reward = _verl_091_reward(getattr(module, name), {"url": service_url, "reward": "speedup:incorrect=-0.25"})
+        call = {"data_source": "kernelopt", "ground_truth": "1/1",
+                "extra_info": {"num_turns": None, "rollout_reward_scores": {}}}
+        score, extra = _verl_091_score(reward, solution_str=f"```python\n{WRONG}```", **call)
+        assert score == -0.25 and extra["acc"] == 0.0 and extra["status"] == "incorrect"
+        with pytest.warns(UserWarning, match="unscorable.*unknown problem id '8/88'"):  # the file's own class
+            score, extra = _verl_091_score(reward, **{**call, "ground_truth": "8/88"}, solution_str="x")
+        assert score == 0.0 and extra["unscorable"] == 1.0  # verl has no None: the failure reward
