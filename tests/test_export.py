@@ -122,7 +122,7 @@ def test_jsonl_has_one_row_per_candidate_with_its_verdict_and_reward(store, rows
             assert row["optimization_kinds"] == verdict["optimization_kinds"]
             assert row["flags"] == verdict["flags"] and row["message"] == verdict["message"]
     assert fast["reference_ms"] > fast["candidate_ms"] > 0
-    assert 0 < fast["speedup_precision"] < 1
+    assert 0 < fast["speedup_precision"] < float("inf")  # a measured width: over 100 % on a loaded host (seen: 137 %)
 
 
 def test_jsonl_turns_and_parents_follow_the_refinement_chain(store, rows):
