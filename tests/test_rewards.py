@@ -78,7 +78,7 @@ def test_spec_is_canonical_and_reproduces_the_function():
     again = make_reward(reward.spec)
     assert again.params == reward.params
     assert make_reward(make_reward("speedup").spec).params["cap"] == math.inf
-    assert set(reward_names()) == {"binary", "speedup", "log_speedup", "cuda_l1"}
+    assert set(reward_names()) == {"binary", "speedup", "log_speedup", "cuda_l1", "sol"}
 
 
 @pytest.mark.parametrize("spec, words", [("nope", "unknown reward 'nope'"), ("speedup:k=3", "bad parameter 'k=3'"),
@@ -142,3 +142,18 @@ def test_precision_comes_from_the_verdict_and_unscorable_is_paid_as_a_format_err
         make_reward("speedup:noisy=0")
     with pytest.raises(RewardError, match="max_interval must be at least 0"):
         make_reward("speedup:max_interval=-1")
+
+
+def test_sol_is_half_at_the_reference_one_at_the_roofline_and_bounded():
+    sol = make_reward("sol")
+    # T_b = 1 ms, T_SOL = 0.25 ms (the bound's fraction 0.25): 1 / (1 + (T_k - 0.25) / 0.75)
+    at = lambda speedup: sol(Outcome("correct", speedup, sol_fraction=0.25))  # noqa: E731
+    assert at(1.0) == 0.5 and at(4.0) == 1.0 and at(2.0) == pytest.approx(0.75)
+    assert at(0.5) == pytest.approx(1 / (1 + 1.75 / 0.75)) and 0 < at(0.01) < 0.02  # T_k = 2 ms
+    assert at(8.0) == 1.0  # measured faster than the bound: clamped
+    assert sol(correct(1.0)) == 0.5 and sol(correct(3.0)) == pytest.approx(0.75)  # no bound: s / (1 + s)
+    assert sol(Outcome("correct", 2.0, sol_fraction=1.5)) == pytest.approx(2 / 3)  # a bound above T_b is ignored
+    assert [sol(Outcome(s)) for s in FAILURES] == [0.0] * len(FAILURES)
+    verdict = {"status": "correct", "speedup": 2.0, "reference_ms": 2.0, "profile": {"roofline": {"bound_ms": 0.5}}}
+    assert Outcome.from_result(verdict).sol_fraction == 0.25 and sol(Outcome.from_result(verdict)) == 0.75
+    assert Outcome.from_result({"status": "correct", "speedup": 2.0, "reference_ms": 2.0}).sol_fraction is None

@@ -9,6 +9,9 @@ speedup (reference time / candidate time) of a correct candidate:
 - `speedup`:     min(s, cap) + bonus.
 - `log_speedup`: clip(ln s, -clip, +clip). Failures default to -clip, so that no correct
                  candidate, however slow, is worth less than a broken one.
+- `sol`:         the speed-of-light score in [0, 1] (SOL-ExecBench): 1 / (1 + (T_k - T_SOL) /
+                 (T_b - T_SOL)), 0.5 at the reference, 1 at the roofline bound that the
+                 profile pass computes (s / (1 + s) without it).
 - `cuda_l1`:     s rounded toward 1 in steps of `step` (1.04 -> 1.0 and 0.97 -> 1.0 with the
                  default 0.05: a gain inside the timing noise earns nothing), then, over a group
                  of outcomes for one prompt (`RewardFunction.group`), normalized to zero mean and
@@ -59,6 +62,7 @@ class Outcome:
     speedup: float | None = None
     flags: tuple[str, ...] = ()
     precision: float | None = None  # half the speedup's 95 % interval, relative to it (None: not known)
+    sol_fraction: float | None = None  # the roofline's bound on a call's time over the reference's time
 
     @property
     def correct(self) -> bool:
@@ -75,7 +79,7 @@ class Outcome:
         speedup = data.get("speedup")
         precision = data.get("speedup_precision", (data.get("timing") or {}).get("speedup_precision"))
         return cls(status, float(speedup) if speedup is not None else None, tuple(data.get("flags") or ()),
-                   float(precision) if precision is not None else None)
+                   float(precision) if precision is not None else None, _sol_fraction(data))
 
     def interval(self) -> tuple[float, float] | None:
         """The speedup's 95 % interval [s (1 - p), s (1 + p)], None when either is not known."""
@@ -88,11 +92,18 @@ class Outcome:
         return cls("format_error")
 
 
+def _sol_fraction(data: Mapping) -> float | None:
+    """T_SOL / T_b: the profile pass's roofline bound (docs/referee.md) over the reference's time."""
+    bound = (((data.get("profile") or {}).get("roofline")) or {}).get("bound_ms")
+    reference = data.get("reference_ms")
+    return float(bound) / float(reference) if bound and reference else None
+
+
 @dataclass(frozen=True)
 class RewardFunction:
     name: str
     params: dict = field(hash=False)
-    _score: Callable[[float, dict], float] = field(repr=False, compare=False)
+    _score: Callable[[float, dict, Outcome], float] = field(repr=False, compare=False)
     _group: Callable[[list[float], dict], list[float]] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -107,7 +118,7 @@ class RewardFunction:
                 raise RewardError("a correct outcome needs a positive speedup")
             if "noisy" in self.params and self.too_noisy(outcome):
                 return float(self.params["noisy"])  # withheld: a fixed amount instead
-            return float(self._score(self._trusted_speedup(outcome), self.params))
+            return float(self._score(self._trusted_speedup(outcome), self.params, outcome))
         return float(self.params[FAILURE_STATUSES[outcome.status]])
 
     def too_noisy(self, outcome: Outcome) -> bool:
@@ -134,25 +145,37 @@ class RewardFunction:
         return self._group(rewards, self.params) if self._group else rewards
 
 
-def _binary(speedup: float, params: dict) -> float:
+def _binary(speedup: float, params: dict, outcome: Outcome | None = None) -> float:
     return 1.0
 
 
-def _speedup(speedup: float, params: dict) -> float:
+def _speedup(speedup: float, params: dict, outcome: Outcome | None = None) -> float:
     return min(speedup, params["cap"]) + params["bonus"]
 
 
-def _log_speedup(speedup: float, params: dict) -> float:
+def _log_speedup(speedup: float, params: dict, outcome: Outcome | None = None) -> float:
     clip = params["clip"]
     return max(-clip, min(clip, math.log(speedup)))
 
 
-def _toward_one(speedup: float, params: dict) -> float:
+def _toward_one(speedup: float, params: dict, outcome: Outcome | None = None) -> float:
     step = params["step"]
     if step <= 0:
         return speedup
     steps = math.trunc((speedup - 1.0) / step + 1e-9 * math.copysign(1, speedup - 1.0))
     return round(1.0 + steps * step, 12)
+
+
+def _speed_of_light(speedup: float, params: dict, outcome: Outcome | None = None) -> float:
+    """SOL-ExecBench's score 1 / (1 + (T_k - T_SOL) / (T_b - T_SOL)), with the reference's time
+    T_b as 1: T_k = 1 / s and T_SOL = the roofline's bound over T_b. 0.5 at the baseline, 1 at
+    the bound, toward 0 as the kernel slows; clamped to [0, 1]. Without a bound below T_b (no
+    profile pass), T_SOL = 0: s / (1 + s)."""
+    bound = outcome.sol_fraction if outcome is not None else None
+    if bound is None or not 0 <= bound < 1:
+        bound = 0.0
+    score = 1.0 / (1.0 + (1.0 / speedup - bound) / (1.0 - bound))
+    return min(1.0, max(0.0, score))
 
 
 def _normalize_clip(rewards: list[float], params: dict) -> list[float]:
@@ -175,6 +198,7 @@ _REWARDS: dict[str, tuple] = {
     "speedup": (_speedup, {"cap": math.inf, "bonus": 0.0}, _FAILURES_ZERO, None),
     "log_speedup": (_log_speedup, {"clip": 3.0}, None, None),   # failures default to -clip
     "cuda_l1": (_toward_one, {"step": 0.05, "k": 3.0}, _FAILURES_ZERO, _normalize_clip),
+    "sol": (_speed_of_light, {}, _FAILURES_ZERO, None),
 }
 
 
