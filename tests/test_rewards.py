@@ -78,7 +78,7 @@ def test_spec_is_canonical_and_reproduces_the_function():
     again = make_reward(reward.spec)
     assert again.params == reward.params
     assert make_reward(make_reward("speedup").spec).params["cap"] == math.inf
-    assert set(reward_names()) == {"binary", "speedup", "log_speedup", "cuda_l1", "sol"}
+    assert set(reward_names()) == {"binary", "speedup", "log_speedup", "cuda_l1", "sol", "milestone"}
 
 
 @pytest.mark.parametrize("spec, words", [("nope", "unknown reward 'nope'"), ("speedup:k=3", "bad parameter 'k=3'"),
@@ -157,3 +157,17 @@ def test_sol_is_half_at_the_reference_one_at_the_roofline_and_bounded():
     verdict = {"status": "correct", "speedup": 2.0, "reference_ms": 2.0, "profile": {"roofline": {"bound_ms": 0.5}}}
     assert Outcome.from_result(verdict).sol_fraction == 0.25 and sol(Outcome.from_result(verdict)) == 0.75
     assert Outcome.from_result({"status": "correct", "speedup": 2.0, "reference_ms": 2.0}).sol_fraction is None
+
+
+def test_milestone_pays_the_highest_step_reached():
+    milestone = make_reward("milestone")
+    assert milestone.spec == ("milestone:beyond_compile=1,compile=0,correct=0.25,eager=0.5,format=0,incorrect=0,"
+                              "margin=0.1,rejected=0,runtime=0")
+    with_compile = lambda speedup: milestone(Outcome("correct", speedup, compile_speedup=1.5))  # noqa: E731
+    assert [with_compile(s) for s in (0.5, 1.05, 1.1, 1.6, 1.66, 9.0)] == [0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
+    assert milestone(correct(9.0)) == 0.5  # no compile baseline: the last step cannot be reached
+    assert [milestone(Outcome(s)) for s in FAILURES] == [0.0] * len(FAILURES)
+    custom = make_reward("milestone:correct=0.1,eager=0.3,beyond_compile=2,margin=0,incorrect=-1")
+    assert custom(Outcome("correct", 1.5, compile_speedup=1.5)) == 2.0 and custom(correct(1.0)) == 0.3
+    assert custom(Outcome("incorrect")) == -1.0 and custom(correct(0.9)) == 0.1
+    assert Outcome.from_result({"status": "correct", "speedup": 2.0, "compile_speedup": 1.2}).compile_speedup == 1.2

@@ -477,3 +477,30 @@ def test_a_rollout_batch_of_single_sample_requests_all_get_rewards_with_the_docu
         gate.set()
         answers = [future.result(timeout=120) for future in futures]
     assert [(code, a["statuses"], a["rewards"]) for code, a, _ in answers] == [(200, ["correct"], [2.0])] * 64
+
+
+def test_the_milestone_reward_reads_torch_compiles_cached_speedup(gated, tmp_path):
+    from kernelopt.bench.baselines import BaselineStore, store_key
+    from kernelopt.cli.errors import UsageError
+    from kernelopt.cli.serve import compile_speedups
+
+    relu, other = PROBLEMS[0], PROBLEMS[1]
+    store = BaselineStore(tmp_path / "baselines.json")  # as `kernelopt baselines --store` writes it
+    options = EvalOptions(device="cpu")
+    store.put(store_key(relu, options, "cpu"), "compile", {"status": "correct", "ms": 1.0, "speedup_vs_eager": 1.5})
+    store.put(store_key(other, options, "cpu"), "compile", {"status": "compile_error", "ms": None,
+                                                            "speedup_vs_eager": None})
+    speedups = compile_speedups(str(tmp_path / "baselines.json"), PROBLEMS, options)
+    assert speedups == {relu.content_hash: 1.5}  # a broken baseline is no milestone
+    with pytest.raises(UsageError, match="no such file"):
+        compile_speedups(str(tmp_path / "missing.json"), PROBLEMS, options)
+
+    server, gate, _ = gated(compile_speedups=speedups)
+    gate.set()
+    code, answer, _ = post(server.url + "/v1/evaluate", {"problem": relu.name, "completion": FAST_CODE,
+                                                         "reward": "milestone"})
+    assert code == 200 and answer["speedup"] == 2.0 and answer["compile_speedup"] == 1.5
+    assert answer["reward"] == 1.0  # 2.0x is beyond torch.compile's 1.5x by more than the 10 % margin
+    code, answer, _ = post(server.url + "/v1/evaluate", {"problem": other.name, "completion": FAST_CODE,
+                                                         "reward": "milestone"})
+    assert answer["compile_speedup"] is None and answer["reward"] == 0.5  # faster than eager only

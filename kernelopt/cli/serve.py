@@ -48,6 +48,9 @@ def add_command(commands) -> None:
                          help="warm evaluators kept, one per problem and option set (default 4)")
     service.add_argument("--max-body", type=parse_size, default=16 << 20, metavar="SIZE",
                          help="largest request body (default 16M)")
+    service.add_argument("--baselines", default=None, metavar="FILE",
+                         help="baseline store written by `kernelopt baselines` (e.g. ~/.cache/kernelopt/baselines.json): "
+                              "torch.compile's speedups there are the milestone reward's last step")
     service.add_argument("--quiet", action="store_true", help="no line on stderr per request")
     add_judging_options(p.add_argument_group("evaluation (as for kernelopt eval)"))
     add_ray_options(p)
@@ -104,11 +107,33 @@ def make_service(args, pool=None):
                                  evaluator_factory=pool.evaluator_factory())
         return RewardService(problems, options, reward=args.reward, jobs=args.jobs, queue_size=args.queue_size,
                              concurrency=args.concurrency, request_timeout=args.request_timeout,
-                             cache_size=args.cache_size)
+                             cache_size=args.cache_size,
+                             compile_speedups=compile_speedups(args.baselines, problems, options))
     except (ProblemSetError, RewardError, IsolationError) as exc:
         raise UsageError(str(exc)) from exc
     except ValueError as exc:  # pydantic's ValidationError and unusable devices
         raise UsageError(f"invalid option: {exc}") from exc
+
+
+def compile_speedups(path: str | None, problems, options) -> dict[str, float]:
+    """torch.compile's cached speedup per problem (by content hash), on this device, from the
+    baseline store at `path`; problems without a correct compile baseline there are left out."""
+    if not path:
+        return {}
+    from pathlib import Path
+
+    from kernelopt.bench.baselines import BaselineStore, store_key
+    from kernelopt.sandbox.device import resolve_device
+
+    if not Path(path).expanduser().is_file():
+        raise UsageError(f"--baselines {path}: no such file (write one with `kernelopt baselines --store {path}`)")
+    store, device = BaselineStore(path), resolve_device(options.device)
+    found = {}
+    for problem in problems:
+        record = store.get(store_key(problem, options, device)).get("compile") or {}
+        if record.get("status") == "correct" and record.get("speedup_vs_eager"):
+            found[problem.content_hash] = float(record["speedup_vs_eager"])
+    return found
 
 
 def listen(service, args):

@@ -12,6 +12,9 @@ speedup (reference time / candidate time) of a correct candidate:
 - `sol`:         the speed-of-light score in [0, 1] (SOL-ExecBench): 1 / (1 + (T_k - T_SOL) /
                  (T_b - T_SOL)), 0.5 at the reference, 1 at the roofline bound that the
                  profile pass computes (s / (1 + s) without it).
+- `milestone`:   the highest step reached: `correct` (0.25), faster than eager by `margin`
+                 (`eager`, 0.5), faster than torch.compile by `margin` (`beyond_compile`, 1),
+                 the last from the cached compile baseline (`Outcome.compile_speedup`).
 - `cuda_l1`:     s rounded toward 1 in steps of `step` (1.04 -> 1.0 and 0.97 -> 1.0 with the
                  default 0.05: a gain inside the timing noise earns nothing), then, over a group
                  of outcomes for one prompt (`RewardFunction.group`), normalized to zero mean and
@@ -63,6 +66,7 @@ class Outcome:
     flags: tuple[str, ...] = ()
     precision: float | None = None  # half the speedup's 95 % interval, relative to it (None: not known)
     sol_fraction: float | None = None  # the roofline's bound on a call's time over the reference's time
+    compile_speedup: float | None = None  # torch.compile's speedup over the reference (a cached baseline)
 
     @property
     def correct(self) -> bool:
@@ -79,7 +83,8 @@ class Outcome:
         speedup = data.get("speedup")
         precision = data.get("speedup_precision", (data.get("timing") or {}).get("speedup_precision"))
         return cls(status, float(speedup) if speedup is not None else None, tuple(data.get("flags") or ()),
-                   float(precision) if precision is not None else None, _sol_fraction(data))
+                   float(precision) if precision is not None else None, _sol_fraction(data),
+                   float(data["compile_speedup"]) if data.get("compile_speedup") else None)
 
     def interval(self) -> tuple[float, float] | None:
         """The speedup's 95 % interval [s (1 - p), s (1 + p)], None when either is not known."""
@@ -178,6 +183,16 @@ def _speed_of_light(speedup: float, params: dict, outcome: Outcome | None = None
     return min(1.0, max(0.0, score))
 
 
+def _milestone(speedup: float, params: dict, outcome: Outcome | None = None) -> float:
+    """The highest milestone reached: correct, faster than eager by the margin, faster than
+    torch.compile by the margin (reachable only where the compile baseline is known)."""
+    factor = 1.0 + params["margin"]
+    compiled = outcome.compile_speedup if outcome is not None else None
+    if compiled is not None and speedup >= compiled * factor:
+        return params["beyond_compile"]
+    return params["eager"] if speedup >= factor else params["correct"]
+
+
 def _normalize_clip(rewards: list[float], params: dict) -> list[float]:
     """Zero mean, unit (population) deviation within the group, clipped to +-k. A group whose
     rewards are all equal carries no signal: every member gets 0."""
@@ -199,6 +214,8 @@ _REWARDS: dict[str, tuple] = {
     "log_speedup": (_log_speedup, {"clip": 3.0}, None, None),   # failures default to -clip
     "cuda_l1": (_toward_one, {"step": 0.05, "k": 3.0}, _FAILURES_ZERO, _normalize_clip),
     "sol": (_speed_of_light, {}, _FAILURES_ZERO, None),
+    "milestone": (_milestone, {"correct": 0.25, "eager": 0.5, "beyond_compile": 1.0, "margin": 0.1},
+                  _FAILURES_ZERO, None),
 }
 
 

@@ -5,6 +5,7 @@ OpenRLHF reply built from those. Every answer says how far its speedup can be tr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from kernelopt.rewards.functions import Outcome, RewardFunction
@@ -12,12 +13,15 @@ from kernelopt.rewards.service.requests import EvalItem, Unscorable
 from kernelopt.sandbox.results import EvalResult
 
 
-def verdict_answer(item: EvalItem, result: EvalResult) -> dict:
+def verdict_answer(item: EvalItem, result: EvalResult, compile_speedup: float | None = None) -> dict:
+    """`compile_speedup`: torch.compile's cached speedup on this problem (the milestone reward's
+    last step), written in the answer as "compile_speedup"."""
     # Through model_dump_json, so the answer is exactly what `kernelopt eval --json` prints
     # (infinities and NaNs as null, not as JSON that strict parsers refuse).
     answer = json.loads(result.model_dump_json())
-    outcome = Outcome.from_result(result)
-    answer.update(reward=item.reward(outcome), reward_spec=item.reward.spec, **_precision(item.reward, outcome))
+    outcome = dataclasses.replace(Outcome.from_result(result), compile_speedup=compile_speedup)
+    answer.update(reward=item.reward(outcome), reward_spec=item.reward.spec, compile_speedup=compile_speedup,
+                  **_precision(item.reward, outcome))
     return answer
 
 
@@ -28,7 +32,7 @@ def format_error_answer(item: EvalItem, message: str) -> dict:
     answer.update(status="format_error", message=message, problem_name=item.problem.name,
                   problem_hash=item.problem.content_hash,
                   reward=item.reward(Outcome.format_error()), reward_spec=item.reward.spec,
-                  speedup_interval=None, interval_too_wide=False)
+                  speedup_interval=None, interval_too_wide=False, compile_speedup=None)
     return answer
 
 
@@ -41,7 +45,7 @@ def unscorable_answer(item: EvalItem | Unscorable, reason: str) -> dict:
     answer.update(status="unscorable", message=reason, problem_name=problem.name if problem else None,
                   problem_hash=problem.content_hash if problem else None,
                   reward=item.reward(Outcome("unscorable")), reward_spec=item.reward.spec,
-                  speedup_interval=None, interval_too_wide=False)
+                  speedup_interval=None, interval_too_wide=False, compile_speedup=None)
     return answer
 
 

@@ -26,12 +26,14 @@ class RewardService:
     """Judges completions and rewards them; the HTTP layer (`RewardServer`) is a thin shell.
 
     `evaluator_factory(problem, options, jobs)` makes a lane's Evaluator (default: the real
-    one); it must have `evaluate_many(sources)` and `close()`."""
+    one); it must have `evaluate_many(sources)` and `close()`. `compile_speedups` maps a
+    problem's content hash to torch.compile's cached speedup on it (`kernelopt baselines`),
+    which the milestone reward's last step needs."""
 
     def __init__(self, problems: Iterable[Problem] = (), options: EvalOptions | None = None, *,
                  reward: str = "speedup", jobs: int = 2, queue_size: int = 64, concurrency: int = 1,
                  request_timeout: float = 900.0, cache_size: int = 4,
-                 evaluator_factory: EvaluatorFactory | None = None):
+                 evaluator_factory: EvaluatorFactory | None = None, compile_speedups: dict[str, float] | None = None):
         if queue_size < 1 or jobs < 1 or concurrency < 1 or cache_size < 1 or not request_timeout > 0:
             raise ValueError("queue_size, jobs, concurrency and cache_size must be at least 1, and "
                              "request_timeout positive")
@@ -44,6 +46,7 @@ class RewardService:
         self.jobs, self.queue_size, self.concurrency = jobs, queue_size, concurrency
         self.request_timeout, self.cache_size = request_timeout, cache_size
         self.metrics = Metrics()
+        self.compile_speedups = dict(compile_speedups or {})
         self._parser = RequestParser(self.catalog, self.default_reward, self.options)
         self._ledger = JobLedger(queue_size, self.metrics)
         self._lanes = LanePool(tracker=self._ledger, evaluator_factory=evaluator_factory or default_evaluator_factory,
@@ -66,7 +69,8 @@ class RewardService:
         queue or a shutdown makes every sample unscorable, and so does a timeout or a failed
         evaluation later (each sample its own failure, as OpenRLHF needs: it cannot use an
         error answer)."""
-        pending = PendingAnswers(items, self._ledger, self.request_timeout, per_sample=per_sample)
+        pending = PendingAnswers(items, self._ledger, self.request_timeout, per_sample=per_sample,
+                                 compile_speedups=self.compile_speedups)
         jobs = []
         for index, item in enumerate(items):
             if isinstance(item, Unscorable):
@@ -134,8 +138,9 @@ class PendingAnswers:
     an event loop, then always `withdraw()`, which takes back what is still queued."""
 
     def __init__(self, items: list[EvalItem | Unscorable], ledger: JobLedger, timeout: float, *,
-                 per_sample: bool = False):
+                 per_sample: bool = False, compile_speedups: dict[str, float] | None = None):
         self.items, self.per_sample = items, per_sample
+        self._compile_speedups = compile_speedups or {}
         self.answers: list[dict | None] = [None] * len(items)
         self.jobs: list[tuple[int, Job]] = []
         self._ledger, self._timeout = ledger, timeout
@@ -151,7 +156,7 @@ class PendingAnswers:
             except ServiceError as exc:
                 self._failed(index, exc)
                 continue
-            self.answers[index] = verdict_answer(self.items[index], result)
+            self.answers[index] = self._verdict_answer(index, result)
         return self.answers
 
     async def wait_async(self) -> list[dict]:
@@ -166,8 +171,12 @@ class PendingAnswers:
             except ServiceError as exc:
                 self._failed(index, exc)
                 continue
-            self.answers[index] = verdict_answer(self.items[index], result)
+            self.answers[index] = self._verdict_answer(index, result)
         return self.answers
+
+    def _verdict_answer(self, index: int, result) -> dict:
+        item = self.items[index]
+        return verdict_answer(item, result, self._compile_speedups.get(item.problem.content_hash))
 
     def _failed(self, index: int, error: ServiceError) -> None:
         """A job without a verdict: the request's error, or with per_sample the sample's."""

@@ -72,6 +72,8 @@ class EvaluateAnswer(EvalResult):
         description="the speedup's 95 % interval [low, high]; null when not correct or not known")
     interval_too_wide: bool = Field(
         description="the reward's max_interval applied: the reward was discounted or withheld for noise")
+    compile_speedup: float | None = Field(
+        None, description="torch.compile's cached speedup on this problem (kernelopt serve --baselines), or null")
 
 
 class OpenRLHFRequest(BaseModel):
