@@ -191,10 +191,10 @@ async def _judge(request: Request, parse: Callable[[RewardService, object], list
         await asyncio.wait((answers, gone), return_when=asyncio.FIRST_COMPLETED)
         if answers.done():
             return answers.result()
-        answers.cancel()
-        service.metrics.abandoned(len(pending.jobs))
+        service.metrics.abandoned(sum(1 for _, job in pending.jobs if job.queued))
         raise ClientGone("the client closed the connection before its answer")
     finally:
+        answers.cancel()  # no-ops once done
         gone.cancel()
         pending.withdraw()
 
