@@ -104,6 +104,24 @@ def test_an_attempt_evaluates_twice_profiles_and_submits(endpoint, capsys, tmp_p
     text = capsys.readouterr().out
     assert "submit" in text and "profile" in text
 
+    out = tmp_path / "agentic.jsonl"
+    assert main(["export", "--store", str(store), "--format", "agentic", "--out", str(out),
+                 "--reward", "binary"]) == 0
+    capsys.readouterr()
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    roles = [m["role"] for m in row["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "tool", "assistant", "tool",
+                     "assistant", "tool", "assistant", "tool"]
+    calls = [c for m in row["messages"] if m["role"] == "assistant" for c in m["tool_calls"]]
+    assert [c["function"]["name"] for c in calls] == ["reference", "evaluate", "evaluate", "profile", "submit"]
+    assert json.loads(calls[1]["function"]["arguments"]) == {"code": BROKEN}
+    results = {m["tool_call_id"]: m["content"] for m in row["messages"] if m["role"] == "tool"}
+    assert "has no attribute 'sofmax'" in results["e1"] and "submitted" in results["s1"]
+    assert [t["function"]["name"] for t in row["tools"]][0] == "evaluate"
+    assert row["turn_rewards"] == [0.0, 1.0, 1.0, 1.0]          # binary: the broken turn earns 0
+    assert row["returns"] == [3.0, 3.0, 2.0, 1.0] and row["max_returns"] == [1.0, 1.0, 1.0, 1.0]
+    assert row["final_reward"] == 1.0 and row["final_status"] == "correct"
+
 
 def test_malformed_tool_calls_are_answered_as_tool_errors(endpoint, capsys, tmp_path):
     script = [
