@@ -230,3 +230,26 @@ def test_a_killed_conversation_resumes_without_repeating_work(tmp_path):
     assert tools_after[:3] == tools_before and [t[1] for t in tools_after[3:]] == ["p1", "s1"]
     candidates = db.execute("SELECT count(*) FROM candidates").fetchone()[0]
     assert candidates == 4                     # e1, e2, p1, s1: none recorded twice
+
+
+def test_a_session_runs_the_agent_and_numbers_its_conversations(endpoint, tmp_path):
+    from kernelopt import Session
+
+    script = [Reply(tool_calls=[ToolCall("submit", {"code": BROKEN}, id="s1")]),
+              Reply(tool_calls=[ToolCall("best", {}, id="b1"), ToolCall("submit", {"code": FAST}, id="s2")])]
+    with ScriptedLLMServer(script, when_exhausted="error") as server:
+        session = Session.open(PROBLEM, model="test-model", base_url=server.url, device="cpu",
+                               store=tmp_path / "s.sqlite",
+                               eval_options={"timing_budget": 1, "correctness_trials": 2})
+        try:
+            first = session.run("agent", calls=1)
+            second = session.run("agent", calls=1)
+        finally:
+            session.close()
+        requests = list(server.requests)
+    assert [c.status for c in first] == ["runtime_error"] and [c.status for c in second] == ["correct"]
+    assert len(requests) == 2 and len(requests[1]["messages"]) == 2   # the second starts afresh
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    rows = db.execute("SELECT conversation, call_id, result FROM tool_calls ORDER BY id").fetchall()
+    assert [r[:2] for r in rows] == [(0, "s1"), (1, "b1"), (1, "s2")]
+    assert rows[1][2].startswith("no correct candidate yet")

@@ -127,6 +127,7 @@ class AttemptPipeline:
         self._warm: Evaluator | None = None
         self.evaluator = evaluator or self._evaluate_warm
         self.attempts: list[Attempt] = []
+        self.conversations = 0           # tool-calling conversations started (conversation.py)
         self.fatal: Exception | None = None
         self._occurrences: Counter[str] = Counter()
         self._evaluations: dict[str, Future] = {}
@@ -199,6 +200,8 @@ class AttemptPipeline:
         attempts as they were, and its requests' occurrences counted, so that asking the same
         thing again is a new call rather than a replay of the stored answer."""
         self.attempts.extend(attempts)
+        numbers = [a.data["conversation"] for a in attempts if isinstance(a.data.get("conversation"), int)]
+        self.conversations = max(numbers, default=-1) + 1
         with self._lock:
             for call in calls:
                 key = call["request_key"]

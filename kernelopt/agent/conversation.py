@@ -40,11 +40,13 @@ def tools_refused(exc: LLMConfigError) -> LLMConfigError:
         f"with this endpoint, use another --strategy: {OTHER_STRATEGIES}")
 
 
-def start_conversation(pipeline: AttemptPipeline, messages: list[dict], number: int,
-                       turns: int) -> Future | None:
-    """Conversation `number` started beside the run's other work; None when the budget is spent."""
+def start_conversation(pipeline: AttemptPipeline, messages: list[dict], turns: int) -> Future | None:
+    """The pipeline's next conversation, started beside the run's other work (numbered in the
+    order started, so a replay numbers them alike); None when the budget is spent."""
     if pipeline.stop_reason():
         return None
+    number = pipeline.conversations
+    pipeline.conversations += 1
     return pipeline.run_task(lambda: run_conversation(pipeline, list(messages), number, turns))
 
 

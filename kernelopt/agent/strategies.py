@@ -266,10 +266,9 @@ class Agent:
             return None
         from kernelopt.agent.conversation import start_conversation
 
-        number, turns = progress.round, self.turns
+        turns = self.turns
         messages = pipeline.prompts.messages("agent.j2")
-        return iter([Ask(messages, data={"conversation": number},
-                         start=lambda p: start_conversation(p, messages, number, turns))])
+        return iter([Ask(messages, start=lambda p: start_conversation(p, messages, turns))])
 
 
 def score_bucket(score: float) -> int:
