@@ -253,3 +253,28 @@ def test_a_session_runs_the_agent_and_numbers_its_conversations(endpoint, tmp_pa
     rows = db.execute("SELECT conversation, call_id, result FROM tool_calls ORDER BY id").fetchall()
     assert [r[:2] for r in rows] == [(0, "s1"), (1, "b1"), (1, "s2")]
     assert rows[1][2].startswith("no correct candidate yet")
+
+
+def test_the_mcp_referee_over_a_set_names_its_problems(tmp_path):
+    """`kernelopt mcp --kernelbench`: the tools take `problem`; a missing or unknown one is a
+    tool error, and each problem used gets its own run (no evaluation needed to see it)."""
+    from kernelopt.agent.mcp_server import Referee, RefereeSettings
+    from kernelopt.agent.store import RunStore
+    from kernelopt.kernelbench import load_problem_set
+
+    problems = list(load_problem_set(REPO / "examples", levels={1}, ids={1, 4}).problems)
+    store = RunStore.open(tmp_path / "s.sqlite")
+    referee = Referee(problems, RefereeSettings(store=store, device="cpu", out=tmp_path / "out"))
+    try:
+        assert referee.call("problems", {}).text == "level1/1_ReLU: ReLU\nlevel1/4_RedundantSoftmax: RedundantSoftmax"
+        missing = referee.call("reference", {})
+        assert missing.is_error and "level1/1_ReLU, level1/4_RedundantSoftmax" in missing.text
+        assert referee.call("best", {"problem": "level9/nope"}).text.startswith("error: unknown problem")
+        shown = referee.call("reference", {"problem": "level1/1_ReLU"})
+        assert not shown.is_error and "problem: ReLU" in shown.text
+        assert referee.call("evaluate", {"problem": "level1/4_RedundantSoftmax", "code": ""}).is_error
+        assert sorted(referee.run_ids()) == ["level1/1_ReLU", "level1/4_RedundantSoftmax"]
+    finally:
+        referee.close()
+    assert {r["status"] for r in store.runs()} == {"finished"} and len(store.runs()) == 2
+    assert [t["name"] for t in store.tool_calls(store.runs()[0]["id"])] == ["reference"]

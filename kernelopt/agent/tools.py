@@ -134,7 +134,9 @@ class Toolbox:
         text = f"candidate {attempt.index}: {attempt.headline}\n{attempt.feedback}"
         if name == "profile":
             profile = attempt.view()["profile"]
-            text += "\nprofile:\n" + (profile or "none (only a correct candidate is profiled)")
+            why = ("only a correct candidate is profiled" if self.pipeline.eval_options.profile
+                   else "profiling is off for this run (--no-profile)")
+            text += "\nprofile:\n" + (profile or f"none ({why})")
         if name == "submit":
             text += "\nsubmitted: this attempt is over"
         return ToolOutcome(text, attempt=attempt, ends=name == "submit")
