@@ -86,7 +86,16 @@ class Referee:
             self.settings.store.add_tool_call(run_id, None, 0, self._calls, call_id, name,
                                               _arguments_text(arguments), outcome.text,
                                               outcome.is_error, candidate)
+            self._record(wanted)
         return outcome
+
+    def _record(self, key: str) -> None:
+        """The run's status and summary as of now: an MCP run has no work pending between calls,
+        so it is `finished` after each one (a client that kills the server loses nothing)."""
+        run_id, config, pipeline = self._runs[key]
+        summary = summarize(pipeline, run_id, config, self.problems[key], self.settings.out / run_id,
+                            0.0, stop_reason="the MCP client's calls", status="finished")
+        self.settings.store.set_run_status(run_id, "finished", summary.to_json())
 
     def _run(self, key: str) -> tuple[str, OptimizeConfig, AttemptPipeline]:
         if key not in self._runs:
@@ -102,13 +111,8 @@ class Referee:
         return self._runs[key]
 
     def close(self) -> None:
-        """Ends every run: its status and summary in the store, its best program in OUT."""
+        """Stops the runs' warm evaluators (their records are already complete)."""
         with self._lock:
-            for key, (run_id, config, pipeline) in self._runs.items():   # the records first:
-                summary = summarize(pipeline, run_id, config, self.problems[key],   # a client may
-                                    self.settings.out / run_id, 0.0,                # not wait long
-                                    stop_reason="the MCP server stopped", status="finished")
-                self.settings.store.set_run_status(run_id, "finished", summary.to_json())
             for _, _, pipeline in self._runs.values():
                 pipeline.close()
             self._runs.clear()

@@ -65,6 +65,7 @@ def run_mcp(args) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)   # the client's terminate: finish closing
         runs = referee.run_ids()
         referee.close()
         for key, run_id in runs.items():
