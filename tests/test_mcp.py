@@ -142,3 +142,18 @@ def test_the_http_transport_refuses_requests_without_the_token(tmp_path):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def test_unusable_input_is_a_clear_error(capsys):
+    from kernelopt.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["mcp", str(PROBLEM), "--http", "--port", str(port)]) == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert main(["mcp"]) == 2
+    assert "give one problem file or --kernelbench SET" in capsys.readouterr().err
+    assert main(["mcp", "--kernelbench", "examples", "--problems", "999"]) == 2
+    assert "no problem" in capsys.readouterr().err.lower()

@@ -47,9 +47,13 @@ def add_command(commands) -> None:
 
 def run_mcp(args) -> int:
     try:
+        import mcp.server.mcpserver  # noqa: F401  (the SDK, 2.x: checked before any work)
+
         from kernelopt.agent.mcp_server import Referee, RefereeSettings, build_server
     except ImportError as exc:
         raise UsageError(f"kernelopt mcp needs the MCP SDK: pip install 'kernelopt[mcp]' ({exc})") from exc
+    if args.http:
+        _check_port(args.port)
     referee = _referee(args, Referee, RefereeSettings)
     served = ", ".join(referee.problems)
     signal.signal(signal.SIGTERM, _stop)   # a client's terminate: the runs are still closed
@@ -71,6 +75,16 @@ def run_mcp(args) -> int:
         for key, run_id in runs.items():
             print(f"kernelopt mcp: {key}: run {run_id}", file=sys.stderr)
     return EXIT_OK
+
+
+def _check_port(port: int) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc} (choose another --port)") from exc
 
 
 def _stop(signum, frame) -> None:
