@@ -232,7 +232,7 @@ def test_a_killed_conversation_resumes_without_repeating_work(tmp_path):
     assert candidates == 4                     # e1, e2, p1, s1: none recorded twice
 
 
-def test_a_session_runs_the_agent_and_numbers_its_conversations(endpoint, tmp_path):
+def test_a_session_and_its_workbench_run_the_agent_and_number_its_conversations(endpoint, tmp_path):
     from kernelopt import Session
 
     script = [Reply(tool_calls=[ToolCall("submit", {"code": BROKEN}, id="s1")]),
@@ -241,13 +241,19 @@ def test_a_session_runs_the_agent_and_numbers_its_conversations(endpoint, tmp_pa
         session = Session.open(PROBLEM, model="test-model", base_url=server.url, device="cpu",
                                store=tmp_path / "s.sqlite",
                                eval_options={"timing_budget": 1, "correctness_trials": 2})
+        from kernelopt.tune.workbench import Workbench
+
+        workbench = Workbench(session)     # the tune page's view of the same session
         try:
             first = session.run("agent", calls=1)
             second = session.run("agent", calls=1)
+            shown = workbench.detail(second[0].number)["tool_call"]
         finally:
-            session.close()
+            workbench.close()
         requests = list(server.requests)
     assert [c.status for c in first] == ["runtime_error"] and [c.status for c in second] == ["correct"]
+    assert shown["name"] == "submit" and shown["conversation"] == 1 and shown["turn"] == 0
+    assert "verdict: correct" in shown["result"] and "submitted" in shown["result"]
     assert len(requests) == 2 and len(requests[1]["messages"]) == 2   # the second starts afresh
     db = sqlite3.connect(tmp_path / "s.sqlite")
     rows = db.execute("SELECT conversation, call_id, result FROM tool_calls ORDER BY id").fetchall()
