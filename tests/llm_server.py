@@ -23,7 +23,10 @@ daemon thread::
         assert server.answered() == 2
         assert "some text" in server.user_texts()[1]
 
-Streaming (``"stream": true``) is not supported and is answered with 400.
+A reply can also call tools: ``Reply(tool_calls=[ToolCall("evaluate", {"code": ...})])`` answers
+in the OpenAI tools format (``message.tool_calls``, ``finish_reason: "tool_calls"``), and
+``ScriptedLLMServer(..., tools=False)`` refuses requests with ``tools`` as a server without tool
+calling does. Streaming (``"stream": true``) is not supported and is answered with 400.
 """
 
 from __future__ import annotations
@@ -40,9 +43,19 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Reply", "ScriptedLLMServer"]
+__all__ = ["Reply", "ScriptedLLMServer", "ToolCall"]
 
 HOST = "127.0.0.1"
+
+
+@dataclass
+class ToolCall:
+    """One scripted tool (function) call of an assistant reply. `arguments`: a dict (sent as
+    JSON) or a str sent as is, so that tests can send malformed JSON."""
+
+    name: str
+    arguments: dict | str = field(default_factory=dict)
+    id: str | None = None  # default: call_<n>, numbered across the server's answers
 
 
 @dataclass
@@ -57,7 +70,8 @@ class Reply:
     delay: float = 0.0  # seconds to sleep before answering
     headers: dict[str, str] = field(default_factory=dict)  # extra response headers
     reasoning_content: str | None = None  # if set, included as message.reasoning_content
-    finish_reason: str = "stop"
+    finish_reason: str = "stop"  # "tool_calls" when the reply has tool calls and this is left as is
+    tool_calls: list[ToolCall] = field(default_factory=list)  # the assistant's tool calls
 
 
 ScriptEntry = Reply | str
@@ -249,6 +263,9 @@ class ScriptedLLMServer:
     models_status: status of ``GET /v1/models``: 200 lists the models; anything
         else answers with an error body of that status (404 simulates a server
         without the endpoint).
+    tools: whether requests with ``tools`` are accepted; False answers them with
+        400 the way vLLM does without ``--enable-auto-tool-choice`` (a server
+        without tool calling).
 
     Requests rejected before reaching the script (wrong key, unknown model,
     ``stream: true``, missing model) do not consume a script entry, nor does a
@@ -263,6 +280,7 @@ class ScriptedLLMServer:
         api_key: str | None = "test-key",
         when_exhausted: str = "repeat_last",
         models_status: int = 200,
+        tools: bool = True,
     ):
         if when_exhausted not in ("repeat_last", "error"):
             raise ValueError(f"when_exhausted must be 'repeat_last' or 'error', not {when_exhausted!r}")
@@ -276,6 +294,8 @@ class ScriptedLLMServer:
         self.api_key = api_key
         self.when_exhausted = when_exhausted
         self.models_status = models_status
+        self.tools = tools
+        self._tool_call_ids = 0
 
         self.requests: list[dict] = []  # every chat request body, in arrival order
         self.model_list_calls = 0  # GET /v1/models that passed the key check
@@ -401,6 +421,11 @@ class ScriptedLLMServer:
             handler.send_json(404, error_body(404, message, "model_not_found"))
             return
 
+        if body.get("tools") and not self.tools:
+            message = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+            handler.send_json(400, error_body(400, message))
+            return
+
         reply = self._next_reply(body)
         if reply is None:
             handler.send_json(500, error_body(500, "script exhausted", "script_exhausted"))
@@ -445,15 +470,26 @@ class ScriptedLLMServer:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.reasoning_content is not None:
             message["reasoning_content"] = reply.reasoning_content
+        finish_reason = reply.finish_reason
         with self._lock:
             self._completion_ids += 1
             completion_id = f"chatcmpl-scripted-{self._completion_ids}"
+            if reply.tool_calls:
+                calls = []
+                for call in reply.tool_calls:
+                    self._tool_call_ids += 1
+                    arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+                    calls.append({"id": call.id or f"call_{self._tool_call_ids}", "type": "function",
+                                  "function": {"name": call.name, "arguments": arguments}})
+                message["tool_calls"] = calls
+                message["content"] = reply.content or None
+                finish_reason = "tool_calls" if finish_reason == "stop" else finish_reason
         return {
             "id": completion_id,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body["model"],
-            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,

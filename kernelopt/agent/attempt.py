@@ -127,6 +127,7 @@ class AttemptPipeline:
         self._warm: Evaluator | None = None
         self.evaluator = evaluator or self._evaluate_warm
         self.attempts: list[Attempt] = []
+        self.conversations = 0           # tool-calling conversations started (conversation.py)
         self.fatal: Exception | None = None
         self._occurrences: Counter[str] = Counter()
         self._evaluations: dict[str, Future] = {}
@@ -169,18 +170,27 @@ class AttemptPipeline:
         self._llm_pool.submit(self._run_attempt, attempt, request, key, occurrence, done)
         return done
 
-    def judge_code(self, code: str, parent: Attempt | None = None, data: dict | None = None) -> Future | None:
-        """Judge a program that no LLM wrote (an engineer's hand edit in an interactive session):
-        recorded as a candidate without a call, judged in the same lane and deduplicated like
-        every answer. None when the budget allows no more evaluations."""
-        if not self.budget.reserve_evaluation():
+    def judge_code(self, code: str, parent: Attempt | None = None, data: dict | None = None,
+                   call_id: int | None = None) -> Future | None:
+        """Judge a program that no LLM answer held as such: an engineer's hand edit in an
+        interactive session, or a tool call's argument (`call_id`: the LLM call that made it,
+        `data["tool_call_id"]` its id; a replayed conversation finds its candidate stored).
+        Recorded as a candidate, judged in the same lane and deduplicated like every answer.
+        None when the budget allows no more evaluations."""
+        if not self.budget.reserve_evaluation(asked=call_id is not None):
             return None
-        attempt = Attempt(index=len(self.attempts) + 1, parent=parent, data=dict(data or {}),
-                          code=code, code_hash=code_hash(code))
-        self.attempts.append(attempt)
-        parent_id = parent.candidate_id if parent else None
-        attempt.candidate_id = self.store.add_candidate(self.run_id, None, parent_id, code, attempt.code_hash,
-                                                        None, attempt.data)
+        with self._lock:
+            attempt = Attempt(index=len(self.attempts) + 1, parent=parent, data=dict(data or {}),
+                              code=code, code_hash=code_hash(code))
+            self.attempts.append(attempt)
+        stored = (self.store.candidate_for_tool_call(call_id, attempt.data["tool_call_id"])
+                  if call_id is not None and "tool_call_id" in attempt.data else None)
+        if stored:
+            attempt.candidate_id = stored["id"]
+        else:
+            parent_id = parent.candidate_id if parent else None
+            attempt.candidate_id = self.store.add_candidate(self.run_id, call_id, parent_id, code,
+                                                            attempt.code_hash, None, attempt.data)
         done: Future = Future()
         self._evaluation(attempt).add_done_callback(lambda f: self._judged(attempt, f, done))
         return done
@@ -190,6 +200,8 @@ class AttemptPipeline:
         attempts as they were, and its requests' occurrences counted, so that asking the same
         thing again is a new call rather than a replay of the stored answer."""
         self.attempts.extend(attempts)
+        numbers = [a.data["conversation"] for a in attempts if isinstance(a.data.get("conversation"), int)]
+        self.conversations = max(numbers, default=-1) + 1
         with self._lock:
             for call in calls:
                 key = call["request_key"]
@@ -208,6 +220,20 @@ class AttemptPipeline:
         except LLMCallError:
             pass
         return None
+
+    def chat(self, request: dict, purpose: str) -> LLMCallRecord:
+        """One LLM call of a conversation (budget reserved by the caller): replayed from this
+        run, else the cache, else the endpoint. LLMCallError / LLMConfigError as `_call`."""
+        key, occurrence = self._next_key(request)
+        return self._call(request, key, occurrence, purpose)
+
+    def run_task(self, task: Callable[[], Attempt | None]) -> Future:
+        """Runs a strategy's own task (a tool-calling conversation) beside the LLM calls."""
+        return self._llm_pool.submit(task)
+
+    def fail(self, exc: Exception) -> None:
+        """Stops the run for an error every further call would repeat."""
+        self._fail(exc)
 
     def best(self) -> Attempt | None:
         correct = [a for a in self.attempts if a.correct]
@@ -280,7 +306,7 @@ class AttemptPipeline:
             if cached is not None:
                 cached.id = self.store.add_call(
                     self.run_id, key, occurrence, purpose, request, content=cached.content,
-                    reasoning=cached.reasoning, prompt_tokens=cached.prompt_tokens,
+                    reasoning=cached.reasoning, response=cached.response, prompt_tokens=cached.prompt_tokens,
                     completion_tokens=cached.completion_tokens, cost=0.0, source="cache")
                 record = cached
         if record is None:
@@ -304,7 +330,8 @@ class AttemptPipeline:
                                 c.prompt_tokens, c.completion_tokens)
         return LLMCallRecord(id=call_id, content=c.content, reasoning=c.reasoning,
                           prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
-                          latency_s=c.latency_s, cost=c.cost, source="endpoint", error=None)
+                          latency_s=c.latency_s, cost=c.cost, source="endpoint", error=None,
+                          response=c.response)
 
     def _evaluation(self, attempt: Attempt) -> Future:
         """The verdict for this code: judged once per run, however often it is proposed."""

@@ -45,14 +45,14 @@ class Budget:
         with self._lock:
             return self._check()
 
-    def _check(self) -> str | None:
+    def _check(self, calls: bool = True) -> str | None:
         if self._stop_reason:
             return self._stop_reason
         lim = self.limits
         if lim.target_speedup is not None and self.best_speedup is not None \
                 and self.best_speedup >= lim.target_speedup:
             return f"target speedup {lim.target_speedup:g}x reached ({self.best_speedup:.3g}x)"
-        if lim.llm_calls is not None and self.calls >= lim.llm_calls:
+        if calls and lim.llm_calls is not None and self.calls >= lim.llm_calls:
             return f"LLM call budget spent ({lim.llm_calls})"
         if lim.tokens is not None and self.tokens >= lim.tokens:
             return f"token budget spent ({self.tokens} of {lim.tokens})"
@@ -72,13 +72,15 @@ class Budget:
         """An LLM call that leads to no evaluation (a critique)."""
         return self._reserve(evaluations=0)
 
-    def reserve_evaluation(self) -> bool:
-        """An evaluation with no LLM call (code written by hand in an interactive session)."""
-        return self._reserve(evaluations=1, calls=0)
+    def reserve_evaluation(self, asked: bool = False) -> bool:
+        """An evaluation with no LLM call of its own (code written by hand in an interactive
+        session; `asked`: a tool call of a reply already counted, so the call limit, which that
+        reply may have reached, does not refuse it)."""
+        return self._reserve(evaluations=1, calls=0, check_calls=not asked)
 
-    def _reserve(self, evaluations: int, calls: int = 1) -> bool:
+    def _reserve(self, evaluations: int, calls: int = 1, check_calls: bool = True) -> bool:
         with self._lock:
-            if self._check():
+            if self._check(check_calls):
                 return False
             self.calls += calls
             self.evaluations += evaluations

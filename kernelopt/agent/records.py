@@ -7,7 +7,9 @@ package does not depend on the agent.
 One record per candidate (an LLM answer with a program or a format error): the candidate row
 joined with its LLM call (the request's messages and the answer's text) and, by the run and the
 code hash, with its evaluation (the whole stored `EvalResult`). LLM calls without a candidate
-(failed calls, critiques) are not attempts and are left out.
+(failed calls, critiques) are not attempts and are left out. A candidate judged by a tool call of
+a `--strategy agent` conversation also carries `conversation`: that conversation's messages and
+tools (the `agentic` export format).
 
 A problem's `problem_id` is the stable string "{level}/{id}" when both are known: from the run's
 `bench` settings (runs started by `kernelopt bench` or `generate`), else from a KernelBench-style
@@ -31,9 +33,43 @@ def load_records(store: RunStore, run_ids: list[str] | None = None) -> tuple[lis
     records = []
     for run in runs:
         problem = problem_info(run)
+        chats = conversations(store, run["id"])
         for candidate in store.candidates_with_calls(run["id"]):
-            records.append(attempt_record(run, problem, candidate))
+            record = attempt_record(run, problem, candidate)
+            number = record["strategy_data"].get("conversation")
+            if number in chats and "tool_call_id" in record["strategy_data"]:
+                record["conversation"] = chats[number]
+            records.append(record)
     return runs, records
+
+
+def conversations(store: RunStore, run_id: str) -> dict[int, dict]:
+    """The tool-calling conversations of a run (`--strategy agent`), by number: the messages
+    (OpenAI format: the last reply that called tools, with everything before it, its tool calls
+    and their results) and the `tools` offered. A conversation's text-only last reply, if any, is
+    not among the messages; MCP runs (no LLM calls) have none."""
+    tool_calls = [t for t in store.tool_calls(run_id) if t["llm_call_id"] is not None]
+    if not tool_calls:
+        return {}
+    calls = {c["id"]: c for c in store.calls(run_id)}
+    last: dict[int, int] = {}
+    for t in tool_calls:
+        last[t["conversation"]] = max(last.get(t["conversation"], 0), t["llm_call_id"])
+    chats = {}
+    for number, call_id in last.items():
+        call = calls[call_id]
+        request = json.loads(call["request"])
+        response = json.loads(call["response"]) if call["response"] else {}
+        message = ((response.get("choices") or [{}])[0] or {}).get("message") or {}
+        reply = {"role": "assistant", "content": message.get("content"),
+                 "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]}
+                                for c in message.get("tool_calls") or []]}
+        asked = {c["id"] for c in reply["tool_calls"]}
+        results = [{"role": "tool", "tool_call_id": t["call_id"], "content": t["result"]}
+                   for t in tool_calls if t["llm_call_id"] == call_id and t["call_id"] in asked]
+        chats[number] = {"messages": request.get("messages", []) + [reply] + results,
+                         "tools": request.get("tools") or []}
+    return chats
 
 
 def problem_info(run: dict) -> dict:

@@ -198,7 +198,8 @@ def search_loop(strategy: Strategy, pipeline: AttemptPipeline) -> None:
     while (asks := strategy.next_round(pipeline, progress)) is not None:
         started = refused = 0
         for ask in asks:
-            future = pipeline.attempt(ask.messages, parent=ask.parent, data=ask.data)
+            future = (ask.start(pipeline) if ask.start is not None
+                      else pipeline.attempt(ask.messages, parent=ask.parent, data=ask.data))
             if future is None:
                 refused += 1
             else:

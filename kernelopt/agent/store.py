@@ -15,6 +15,9 @@ Tables:
 - evaluations: one verdict per distinct code hash of a run (identical candidates are judged
   once), with the full `EvalResult` JSON.
 - llm_cache: answers by (request hash, occurrence) across runs, for reproducible reruns.
+- tool_calls: the tool calls of `--strategy agent` conversations and of `kernelopt mcp`: which
+  LLM call asked for it (none for an MCP client), its name, arguments, the text answered and the
+  candidate it judged. A conversation's messages are its calls' requests and these results.
 """
 
 from __future__ import annotations
@@ -99,6 +102,21 @@ CREATE TABLE IF NOT EXISTS llm_cache (
     created REAL NOT NULL,
     PRIMARY KEY (request_key, occurrence)
 );
+CREATE TABLE IF NOT EXISTS tool_calls (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    llm_call_id INTEGER REFERENCES llm_calls(id),
+    conversation INTEGER NOT NULL,
+    turn INTEGER NOT NULL,
+    call_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    arguments TEXT,
+    result TEXT NOT NULL,
+    is_error INTEGER NOT NULL,
+    candidate_id INTEGER REFERENCES candidates(id),
+    created REAL NOT NULL,
+    UNIQUE (run_id, llm_call_id, call_id)
+);
 """
 
 DEFAULT_STORE = Path("kernelopt-runs") / "store.sqlite"
@@ -130,6 +148,7 @@ class LLMCallRecord:
     cost: float | None
     source: str
     error: str | None
+    response: dict | None = None    # the endpoint's full answer (its tool calls), when kept
 
 
 class RunStore:
@@ -230,7 +249,8 @@ class RunStore:
         r = rows[0]
         return LLMCallRecord(id=0, content=r["content"], reasoning=r["reasoning"],
                           prompt_tokens=r["prompt_tokens"], completion_tokens=r["completion_tokens"],
-                          latency_s=None, cost=None, source="cache", error=None)
+                          latency_s=None, cost=None, source="cache", error=None,
+                          response=json.loads(r["response"]) if r["response"] else None)
 
     def cache_answer(self, key: str, occurrence: int, content: str, reasoning: str | None,
                      response: dict | None, prompt_tokens: int, completion_tokens: int) -> None:
@@ -284,6 +304,28 @@ class RunStore:
             (run_id, code_hash, result.status, int(result.correct), result.speedup, result.message,
              result.model_dump_json(), time.time()))
 
+    def candidate_for_tool_call(self, call_id: int | None, tool_call_id: str) -> dict | None:
+        """The candidate a tool call of this LLM call judged (a resumed conversation)."""
+        rows = self._read("SELECT * FROM candidates WHERE llm_call_id IS ? AND"
+                          " json_extract(strategy_data, '$.tool_call_id')=? ORDER BY id LIMIT 1",
+                          (call_id, tool_call_id))
+        return _candidate_dict(rows[0]) if rows else None
+
+    # tool calls ----------------------------------------------------------------------------------
+
+    def add_tool_call(self, run_id: str, llm_call_id: int | None, conversation: int, turn: int,
+                      call_id: str, name: str, arguments: str | None, result: str, is_error: bool,
+                      candidate_id: int | None) -> None:
+        """Recorded once: a replayed conversation finds its calls here already."""
+        self._write(
+            "INSERT OR IGNORE INTO tool_calls (run_id, llm_call_id, conversation, turn, call_id, name,"
+            " arguments, result, is_error, candidate_id, created) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (run_id, llm_call_id, conversation, turn, call_id, name, arguments, result, int(is_error),
+             candidate_id, time.time()))
+
+    def tool_calls(self, run_id: str) -> list[dict]:
+        return [dict(r) for r in self._read("SELECT * FROM tool_calls WHERE run_id=? ORDER BY id", (run_id,))]
+
     def evaluations(self, run_id: str) -> list[dict]:
         rows = self._read("SELECT id, code_hash, status, correct, speedup, message, created FROM evaluations"
                           " WHERE run_id=? ORDER BY id", (run_id,))
@@ -306,4 +348,5 @@ def _candidate_dict(row: sqlite3.Row) -> dict:
 def _call_record(row: sqlite3.Row) -> LLMCallRecord:
     return LLMCallRecord(id=row["id"], content=row["content"], reasoning=row["reasoning"],
                       prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
-                      latency_s=row["latency_s"], cost=row["cost"], source="run", error=row["error"])
+                      latency_s=row["latency_s"], cost=row["cost"], source="run", error=row["error"],
+                      response=json.loads(row["response"]) if row["response"] else None)

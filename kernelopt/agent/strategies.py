@@ -16,6 +16,7 @@ resumed run replays the same decisions (see attempt.py).
   and sees exemplars sampled across score buckets (CUDA-L1's contrastive prompts).
 - samples: `samples` independent chains, each a first attempt refined `turns` more times with
   its own feedback only (for datasets: `kernelopt generate`); the chains advance in lockstep.
+- agent: one tool-calling conversation per round (conversation.py), the referee behind its tools.
 
 This module imports nothing heavy (the attempt pipeline only for type checking), so the command
 line takes the `--strategy` choices from `STRATEGIES` without loading torch.
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -44,6 +46,9 @@ class Ask:
     messages: list[dict]
     parent: Attempt | None = None
     data: dict = field(default_factory=dict)
+    # An ask that runs itself (a tool-calling conversation, conversation.py) instead of one LLM call:
+    # a future of its work, or None when the budget refused it.
+    start: Callable[[AttemptPipeline], Future | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +250,27 @@ class Samples:
         return Ask(messages, parent=last, data=data)
 
 
+@dataclass
+class Agent:
+    """One tool-calling conversation per attempt (conversation.py): the model evaluates, profiles and
+    submits programs through the referee's tools (tools.py) for up to `turns` replies. Each
+    conversation starts afresh; `best()` shows it the run's best so far."""
+
+    turns: int = 8
+    name: str = "agent"
+    window: ClassVar[None] = None
+    profiles: ClassVar[bool] = True  # profile(code) shows a correct candidate's profile
+
+    def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None:
+        if progress.round and pipeline.stop_reason():
+            return None
+        from kernelopt.agent.conversation import start_conversation
+
+        turns = self.turns
+        messages = pipeline.prompts.messages("agent.j2")
+        return iter([Ask(messages, start=lambda p: start_conversation(p, messages, turns))])
+
+
 def score_bucket(score: float) -> int:
     return sum(score > edge for edge in SCORE_BUCKETS)
 
@@ -271,6 +297,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
     "tree": Tree,
     "evolve": Evolve,
     "samples": Samples,
+    "agent": Agent,
 }
 
 

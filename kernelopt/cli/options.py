@@ -176,7 +176,8 @@ def add_samples_options(group, required: bool = False) -> None:
     group.add_argument("--samples", type=int, default=None, required=required, metavar="K",
                        help="samples: independent first attempts" + ("" if required else " (default 4)"))
     group.add_argument("--turns", type=int, default=None, metavar="T",
-                       help="samples: refinements of each, with its own feedback (default 0)")
+                       help="samples: refinements of each, with its own feedback (default 0); "
+                       "agent: replies per conversation (default 8)")
 
 
 def add_budget_options(p, title: str) -> None:

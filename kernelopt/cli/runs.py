@@ -72,9 +72,10 @@ def run_runs_show(args) -> int:
     calls = [{k: c[k] for k in ("id", "purpose", "occurrence", "prompt_tokens", "completion_tokens",
                                 "latency_s", "cost", "attempts", "source", "error")}
              for c in store.calls(args.run_id)]
+    tools = store.tool_calls(args.run_id)   # --strategy agent and `kernelopt mcp`
     if args.json:
         print(json.dumps({"run": {k: v for k, v in run.items() if k != "problem_source"},
-                          "candidates": candidates, "llm_calls": calls}))
+                          "candidates": candidates, "llm_calls": calls, "tool_calls": tools}))
         return EXIT_OK
     print(f"run {run['id']}: {run['status']}  problem {run['problem_name']} ({run['problem_path']})")
     print(f"model {run['model']}  strategy {run['strategy']}  limits {json.dumps(run['config'].get('limits'))}")
@@ -90,6 +91,12 @@ def run_runs_show(args) -> int:
         print(f"  #{c['id']:<4d} parent {str(c['parent_id'] or '-'):>4s}  {status:14s} {speed:>9s}  {note}")
         if c["profile"]:
             print(textwrap.indent(profile_table(c["profile"]), " " * 8))
+    if tools:
+        print(f"\n{len(tools)} tool calls (conversation.turn  call  candidate  answer):")
+        for t in tools:
+            mark = "error " if t["is_error"] else ""
+            print(f"  {t['conversation']}.{t['turn']:<3d} {t['name']:9s} #{str(t['candidate_id'] or '-'):<4s} "
+                  f"{mark}{first_line(t['result'], 80)}")
     return EXIT_OK
 
 

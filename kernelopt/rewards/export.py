@@ -238,6 +238,49 @@ def trajectory_rows(rows: list[dict], gamma: float) -> list[dict]:
     return out
 
 
+# agentic: tool-calling conversations with per-turn rewards -------------------------------------
+
+def agentic_rows(records: list[dict], reward: RewardFunction, gamma: float) -> list[dict]:
+    """One row per tool-calling conversation (records carrying `conversation`): its messages and
+    tools in the OpenAI format, the reward of each assistant turn (the best reward among the
+    candidates its tool calls judged; 0 for a turn that judged none), their returns, and the
+    final reward (the submitted candidate's; 0 when nothing was submitted)."""
+    rows = scored_rows(records, reward)
+    groups: dict[tuple, list[tuple[dict, dict]]] = {}
+    for record, row in zip(records, rows):
+        if record.get("conversation") is not None:
+            key = (row["run_id"], row["strategy_data"].get("conversation"))
+            groups.setdefault(key, []).append((record, row))
+    out = []
+    for (run_id, number), members in groups.items():
+        chat = members[0][0]["conversation"]
+        turns = sum(1 for m in chat["messages"] if m.get("role") == "assistant")
+        turn_rewards = [0.0] * turns
+        for _, row in members:
+            turn = row["strategy_data"].get("turn")
+            if row["reward"] is not None and isinstance(turn, int) and 0 <= turn < turns:
+                turn_rewards[turn] = max(turn_rewards[turn], row["reward"])
+        submitted = [row for _, row in members if row["strategy_data"].get("tool") == "submit"]
+        final = submitted[-1] if submitted else None
+        judged = [row for _, row in members if row["reward"] is not None]
+        first = members[0][1]
+        out.append({
+            "run_id": run_id, "conversation": number, "problem_id": first["problem_id"],
+            "problem_name": first["problem_name"], "model": first["model"], "strategy": first["strategy"],
+            "messages": chat["messages"], "tools": chat["tools"],
+            "candidate_ids": [row["candidate_id"] for _, row in members],
+            "turn_rewards": turn_rewards,
+            "returns": discounted_returns(turn_rewards, gamma),
+            "max_returns": max_reward_returns(turn_rewards, gamma),
+            "final_reward": (final["reward"] or 0.0) if final is not None else 0.0,
+            "final_status": final["status"] if final is not None else "not_submitted",
+            "submitted_candidate": final["candidate_id"] if final is not None else None,
+            "best_reward": max((row["reward"] for row in judged), default=0.0),
+            "gamma": gamma, "reward_spec": reward.spec,
+        })
+    return out
+
+
 # verl: one RL prompt per distinct first-turn prompt ------------------------------------------
 
 def verl_rows(records: list[dict]) -> list[dict]:
@@ -325,6 +368,9 @@ FORMATS: dict[str, ExportFormat] = {f.name: f for f in (
                  lambda records, s: trajectory_rows(scored_rows(records, s.reward), s.gamma), write_jsonl),
     ExportFormat("verl", "verl RL dataset parquet: one row per distinct first-turn prompt",
                  lambda records, s: verl_rows(records), write_parquet, needs=_pyarrow),
+    ExportFormat("agentic", "tool-calling conversations (--strategy agent) as OpenAI messages with "
+                 "per-turn and final rewards", lambda records, s: agentic_rows(records, s.reward, s.gamma),
+                 write_jsonl),
 )}
 
 

@@ -67,7 +67,16 @@ class Workbench:
         verdict = c.verdict
         return {**c.to_json(), "code": c.code, "code_html": highlighted(c.code or "", PythonLexer()),
                 "error": c.error, "verdict": verdict.result.model_dump(mode="json") if verdict else None,
-                "profile_text": profile_text(verdict.result) if verdict else None}  # as the model sees it
+                "profile_text": profile_text(verdict.result) if verdict else None,  # as the model sees it
+                "tool_call": self._tool_call(c.id)}
+
+    def _tool_call(self, candidate_id: int | None) -> dict | None:
+        """The tool call that judged this candidate (--strategy agent), with what the model read."""
+        s = self.session
+        for row in s.store.tool_calls(s.run_id) if candidate_id is not None else []:
+            if row["candidate_id"] == candidate_id:
+                return {k: row[k] for k in ("name", "conversation", "turn", "result", "is_error")}
+        return None
 
     def diff(self, old: str, new: str) -> dict:
         try:

@@ -165,6 +165,11 @@ function renderVerdict(detail) {
       el("td", {}, t.max_abs_error === null || t.max_abs_error === undefined ? "" : t.max_abs_error.toPrecision(3))));
   }
   const parts = [table, el("h3", {}, "Correctness trials"), trials];
+  if (detail.tool_call) {  // --strategy agent: the tool call that judged it, and what the model read back
+    const t = detail.tool_call;
+    parts.push(el("h3", {}, `Tool call: ${t.name} `, el("span", { class: "help" }, `(conversation ${t.conversation}, turn ${t.turn}; the answer the model read)`)),
+      el("pre", { class: "log" }, t.result));
+  }
   if (detail.profile_text) {  // --profile: the table the model's next prompt shows (plain text)
     parts.push(el("h3", {}, "Where the time goes ", el("span", { class: "help" }, "(profiled after the verdict, outside the timed calls; advisory)")),
       el("pre", { class: "profile" }, detail.profile_text));
