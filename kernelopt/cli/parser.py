@@ -17,6 +17,7 @@ from kernelopt.cli import (
     evaluate,
     export,
     generate,
+    model,
     optimize,
     report,
     runs,
@@ -26,7 +27,8 @@ from kernelopt.cli import (
 from kernelopt.cli.errors import run_handler
 
 # In the order `kernelopt --help` lists them.
-COMMANDS = (evaluate, optimize, runs, cache, doctor, bench, baselines, generate, export, report, serve, tune)
+COMMANDS = (evaluate, optimize, runs, cache, doctor, bench, baselines, generate, export, report, serve, tune,
+            model)
 
 
 def build_parser() -> argparse.ArgumentParser:
