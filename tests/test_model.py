@@ -17,7 +17,7 @@ from kernelopt.cli import main
 MODELS = REPO / "examples" / "models"
 TRANSFORMER = MODELS / "tiny_transformer.py"
 CONVNET = MODELS / "tiny_convnet.py"
-CANDIDATES = REPO / "tests" / "model_candidates"
+CANDIDATES = MODELS / "replacements"
 QUICK_EVAL = ["--device", "cpu", "--timing-budget", "1", "--correctness-trials", "2"]
 
 
@@ -151,7 +151,7 @@ def test_compose_keeps_a_good_replacement_and_drops_one_wrong_in_context(capsys,
     out = tmp_path / "optimized.py"
     report = run_json(capsys, [
         "model", "compose", str(TRANSFORMER), "--forwards", "2", "--json", "--out", str(out), *QUICK_EVAL,
-        "--replace", f"blocks.0.attn={CANDIDATES / 'attention_batched.py'}",
+        "--replace", f"blocks.0.attn={CANDIDATES / 'attention_sdpa.py'}",
         "--replace", f"blocks.1.attn.qkv={CANDIDATES / 'linear_noncontiguous.py'}"])
     rows = {r["module"]: r for r in report["spots"]}
     assert rows["blocks.0.attn"]["survived"] and rows["blocks.0.attn"]["speedup_alone"] > 0
@@ -173,7 +173,7 @@ def test_compose_keeps_a_good_replacement_and_drops_one_wrong_in_context(capsys,
 
 
 def test_compose_rejects_bad_replacements_before_any_work(capsys, tmp_path):
-    good = CANDIDATES / "attention_batched.py"
+    good = CANDIDATES / "attention_sdpa.py"
     cases = [([f"blocks.0.attn{good}"], "PATH=CANDIDATE.py"),
              ([f"blocks.9.attn={good}"], "no submodule `blocks.9.attn`"),
              ([f"blocks.0={good}", f"blocks.0.attn={good}"], "is inside `blocks.0`"),
@@ -227,5 +227,5 @@ def test_profile_and_compose_on_cuda(capsys, tmp_path):
     assert profile["unit"] == "device time" and profile["spots"]
     report = run_json(capsys, [
         "model", "compose", str(TRANSFORMER), "--device", "cuda", "--json", "--out", str(tmp_path / "o.py"),
-        "--timing-budget", "2", "--replace", f"blocks.0.attn={CANDIDATES / 'attention_batched.py'}"])
+        "--timing-budget", "2", "--replace", f"blocks.0.attn={CANDIDATES / 'attention_sdpa.py'}"])
     assert report["end_to_end"]["correct"], report["end_to_end"]

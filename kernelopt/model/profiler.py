@@ -152,8 +152,12 @@ def signature(args, kwargs) -> Signature:
 
 def attribute(events, cuda: bool) -> dict[str, float]:
     """Module path -> inclusive time (us, over all profiled forwards)."""
+    from torch.autograd import DeviceType
+
     totals: dict[str, float] = {}
     for event in events:
+        if event.device_type != DeviceType.CPU:   # kernels count through the op that launched them
+            continue
         own = (getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0)) \
             if cuda else event.self_cpu_time_total
         if not own:
