@@ -16,10 +16,11 @@ def add_profile_options(p, device: bool = True) -> None:
     if device:
         p.add_argument("--device", default="cpu", metavar="D",
                        help="device to profile on: cpu, cuda, cuda:N (default cpu)")
-    p.add_argument("--forwards", type=int, default=5, metavar="N", help="forwards profiled (default 5)")
-    p.add_argument("--split", type=float, default=0.25, metavar="SHARE",
+    p.add_argument("--forwards", type=int, default=10, metavar="N",
+                   help="forwards profiled; the fastest one is attributed (default 10)")
+    p.add_argument("--split", type=float, default=0.35, metavar="SHARE",
                    help="a spot holding more than this share of the time is split into its submodules "
-                        "(default 0.25)")
+                        "(default 0.35)")
 
 
 def load_and_profile(args):

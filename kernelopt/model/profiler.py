@@ -1,21 +1,30 @@
 """Where a model's forward time goes, by submodule path (torch.profiler, on the CPU too).
 
 Every submodule call is wrapped in a `record_function` range named after its path (forward
-pre/post hooks); each profiled op's self time (CPU time on a CPU, device time on a GPU) goes to
-the innermost module range around it, so a module's time is what ran inside its calls, its
-children's included. Python between ops counts on the CPU as the range's own self time.
+pre/post hooks). A module's time is what ran inside its calls, its children's included:
+
+- on a GPU, device time from torch.profiler: each kernel's time goes through the op that
+  launched it to the innermost module range around that op, and to every module around it;
+- on the CPU, the thread's CPU clock read by the same hooks (torch runs single-threaded, as in
+  the referee's timed calls): the profiler's clock is wall time, which a loaded host inflates
+  at random (a preempted thread charges its wait to whatever op was running), where the
+  thread's CPU time counts only the work. The profiler still names each spot's main ops.
+
+Times come from the fastest profiled forward (one forward, so that shares add up, and the one
+the host disturbed least).
 
 Hot spots are the frontier of that tree: starting from the model's direct submodules, a spot
 holding more than `split` of the forward time is replaced by its submodules (the time they do
 not cover stays with the parent as an unattributed rest), until no spot with submodules holds
 more than `split`; a spot whose own code (outside its submodules) holds more than a quarter of
-its time is never split, since that code would belong to no spot. The time in the model's own forward outside every submodule is reported as
-the `(model)` row: it cannot be extracted.
+its time is never split, since that code would belong to no spot. The time in the model's own
+forward outside every submodule is reported as the `(model)` row: it cannot be extracted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 RANGE = "kernelopt.module::"
@@ -44,6 +53,7 @@ class Spot:
     inputs: list[dict]             # the most frequent signature's arguments
     kwargs: list[str]              # keyword arguments' names seen (extraction refuses them)
     signatures: int                # distinct signatures seen
+    ops: list[str]                 # the ops that take most of its time (profiler, self time)
     free_bound: float              # end-to-end speedup if the spot took no time (Amdahl)
     half_bound: float              # ... if it ran 2x faster
 
@@ -56,7 +66,7 @@ class ModelProfile:
     model: str
     device: str
     forwards: int
-    unit: str                      # "cpu self time" | "device time"
+    unit: str                      # "thread cpu time" | "device time"
     forward_ms: float              # per forward, as profiled (profiler overhead included)
     spots: list[Spot]
     model_self: float              # share of the model's own forward outside every submodule
@@ -81,7 +91,7 @@ def combined_amdahl(parts: list[tuple[float, float]]) -> float:
     return 1.0 / rest if rest > 0 else float("inf")
 
 
-def profile_model(loaded, device: str = "cpu", forwards: int = 5, warmup: int = 2, split: float = 0.25,
+def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int = 2, split: float = 0.35,
                   threads: int = 1) -> ModelProfile:
     """Profiles `forwards` calls of the loaded model's forward (after `warmup`), single-threaded
     on the CPU like the referee's timed calls."""
@@ -96,15 +106,24 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 5, warmup: int = 
     handles = []
     recording = [False]
 
+    thread_times: list[dict[str, float]] = []   # per profiled forward: path -> thread CPU us
+
     def pre(module, args, kwargs, path):
         if recording[0]:
             signatures.setdefault(path, []).append(signature(args, kwargs))
+            if path == ROOT:
+                thread_times.append({})
         scope = record_function(RANGE + path)
         scope.__enter__()
-        open_ranges.setdefault(id(module), []).append(scope)
+        open_ranges.setdefault(id(module), []).append((scope, time.thread_time_ns()))
 
     def post(module, args, kwargs, output, path):
-        open_ranges[id(module)].pop().__exit__(None, None, None)
+        scope, started = open_ranges[id(module)].pop()
+        elapsed = (time.thread_time_ns() - started) / 1000
+        scope.__exit__(None, None, None)
+        if recording[0] and thread_times:
+            totals = thread_times[-1]
+            totals[path] = totals.get(path, 0.0) + elapsed
 
     for path, module in model.named_modules():
         handles.append(module.register_forward_pre_hook(
@@ -129,10 +148,12 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 5, warmup: int = 
     finally:
         for handle in handles:
             handle.remove()
-    inclusive = attribute(prof.events(), cuda)
+    device_times, ops = attribute(prof.events(), cuda)
+    inclusive = device_times if cuda else fastest(thread_times)
     kinds = {path: type(m).__name__ for path, m in model.named_modules()}
     children = child_paths(model)
-    return summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children, split)
+    return summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children, split,
+                     ops)
 
 
 def signature(args, kwargs) -> Signature:
@@ -150,11 +171,14 @@ def signature(args, kwargs) -> Signature:
     return Signature(described, sorted(kwargs))
 
 
-def attribute(events, cuda: bool) -> dict[str, float]:
-    """Module path -> inclusive time (us, over all profiled forwards)."""
+def attribute(events, cuda: bool) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """From the profiler's events: (module path -> inclusive device time in us, in the fastest
+    profiled forward; module path -> op name -> self time over all forwards). Each op's self
+    time goes to the innermost module range around it and to every module around that one."""
     from torch.autograd import DeviceType
 
-    totals: dict[str, float] = {}
+    per_forward: dict[int, dict[str, float]] = {}
+    ops: dict[str, dict[str, float]] = {}
     for event in events:
         if event.device_type != DeviceType.CPU:   # kernels count through the op that launched them
             continue
@@ -167,13 +191,27 @@ def attribute(events, cuda: bool) -> dict[str, float]:
             node = node.cpu_parent
         if node is None:
             continue
+        top = node
+        while top.cpu_parent is not None:
+            top = top.cpu_parent
+        totals = per_forward.setdefault(top.id, {})
         path = node.name[len(RANGE):]
         while True:   # the innermost module and every module around it
             totals[path] = totals.get(path, 0.0) + own
+            if event is not node:
+                named = ops.setdefault(path, {})
+                named[event.name] = named.get(event.name, 0.0) + own
             if path == ROOT:
                 break
             path = path.rpartition(".")[0]
-    return totals
+    return fastest(list(per_forward.values())), ops
+
+
+def fastest(per_forward: list[dict[str, float]]) -> dict[str, float]:
+    """The attribution of the fastest forward: one forward, so that shares add up, and the one
+    the host disturbed least (interference only ever adds time)."""
+    forwards = [totals for totals in per_forward if totals.get(ROOT)]
+    return min(forwards, key=lambda totals: totals[ROOT]) if forwards else {}
 
 
 def child_paths(model) -> dict[str, list[str]]:
@@ -203,7 +241,7 @@ def frontier(times: dict[str, float], called: set[str], children: dict[str, list
     return spots
 
 
-def summarize(name, device, forwards, cuda, inclusive, signatures, kinds, children, split) -> ModelProfile:
+def summarize(name, device, forwards, cuda, inclusive, signatures, kinds, children, split, ops) -> ModelProfile:
     total = inclusive.get(ROOT, 0.0)
     if total <= 0:
         raise RuntimeError("the profiler recorded no time in the model's forward")
@@ -215,20 +253,26 @@ def summarize(name, device, forwards, cuda, inclusive, signatures, kinds, childr
         share = looked_through.get(path, 0.0) / total
         seen = signatures.get(path, [])
         common = most_common(seen)
-        every[path] = (Spot(path=path, kind=kinds[path], ms=round(looked_through.get(path, 0.0) / forwards / 1000, 4),
+        every[path] = (Spot(path=path, kind=kinds[path], ms=round(looked_through.get(path, 0.0) / 1000, 4),
                           share=round(share, 4), calls=round(len(seen) / forwards, 2),
                           inputs=common.args if common else [], kwargs=common.kwargs if common else [],
-                          signatures=len({s.key() for s in seen}),
+                          signatures=len({s.key() for s in seen}), ops=top_ops(ops.get(path, {})),
                           free_bound=round(amdahl(share, None), 3), half_bound=round(amdahl(share, 2.0), 3)))
     spots = [every[path] for path in frontier(looked_through, set(signatures) | {ROOT}, children, split)]
     spots.sort(key=lambda s: -s.share)
-    covered = sum(inclusive.get(c, 0.0) for c in children.get(ROOT, []))
+    covered = sum(looked_through.get(c, 0.0) for c in children.get(ROOT, []))
     modules = {path or "(model)": round(t / total, 4) for path, t in sorted(inclusive.items(), key=lambda kv: -kv[1])}
     return ModelProfile(model=name, device=device, forwards=forwards,
-                        unit="device time" if cuda else "cpu self time",
-                        forward_ms=round(total / forwards / 1000, 4), spots=spots,
+                        unit="device time" if cuda else "thread cpu time",
+                        forward_ms=round(total / 1000, 4), spots=spots,
                         model_self=round(max(0.0, 1 - covered / total), 4), modules=modules,
                         every=every)
+
+
+def top_ops(named: dict[str, float], count: int = 3) -> list[str]:
+    total = sum(named.values()) or 1.0
+    ranked = sorted(named.items(), key=lambda kv: -kv[1])[:count]
+    return [f"{name} {t / total:.0%}" for name, t in ranked]
 
 
 def lookthrough(inclusive: dict[str, float], children: dict[str, list[str]]) -> dict[str, float]:
