@@ -36,6 +36,7 @@ def test_profile_attributes_the_forward_to_disjoint_submodules(capsys, model):
 
     from kernelopt.model.loading import load_model
 
+    threads = torch.get_num_threads()
     profile = run_json(capsys, ["model", "profile", str(model), "--json", "--forwards", "2"])
     module_paths = {path for path, _ in load_model(model).model.named_modules()}
     spots = profile["spots"]
@@ -52,7 +53,8 @@ def test_profile_attributes_the_forward_to_disjoint_submodules(capsys, model):
         assert s["inputs"] and all(a["dtype"] == "float32" for a in s["inputs"])
     batch = 4 if model == TRANSFORMER else 8
     assert all(s["inputs"][0]["shape"][0] == batch for s in spots)
-    assert torch.get_num_threads() == 1   # profiled single-threaded, as the referee times
+    assert profile["threads"] == 1 and profile["unit"] == "thread cpu time"   # as the referee times
+    assert torch.get_num_threads() == threads                                   # and restored
 
 
 def test_profile_text_and_bad_input(capsys, tmp_path):

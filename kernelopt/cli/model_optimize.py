@@ -117,7 +117,8 @@ def run_model_optimize(args) -> int:
             code = Path(best.path).read_text(encoding="utf-8")
             replacements.append(replacement_for(loaded, constructors, item.path, code, f"run {run_id}"))
             alone[item.path] = best.speedup
-    options = EvalOptions(device=device, **config.eval_options)
+    # the composition is judged with the runs' settings, without their advisory profiling pass
+    options = EvalOptions(device=device, **{k: v for k, v in config.eval_options.items() if k != "profile"})
     report = compose_and_report(loaded, profile, replacements, options, out / "optimized.py", alone=alone)
     report.update(runs=runs, not_extracted=[{"module": i.path, "reason": i.reason} for i in items if not i.file],
                   status=status, out=str(out))

@@ -72,9 +72,11 @@ class ModelProfile:
     model_self: float              # share of the model's own forward outside every submodule
     modules: dict[str, float] = field(default_factory=dict)   # every called module path -> share
     every: dict[str, Spot] = field(default_factory=dict)      # every called submodule as a Spot
+    threads: int = 1                                          # torch's CPU threads while profiling
 
     def to_json(self) -> dict:
         return {"model": self.model, "device": self.device, "forwards": self.forwards, "unit": self.unit,
+                "threads": self.threads,
                 "forward_ms": self.forward_ms, "model_self_share": self.model_self,
                 "spots": [s.to_json() for s in self.spots], "modules": self.modules}
 
@@ -98,6 +100,7 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int =
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    previous_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     model, inputs = loaded.model, loaded.inputs
@@ -148,12 +151,15 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int =
     finally:
         for handle in handles:
             handle.remove()
+        torch.set_num_threads(previous_threads)
     device_times, ops = attribute(prof.events(), cuda)
     inclusive = device_times if cuda else fastest(thread_times)
     kinds = {path: type(m).__name__ for path, m in model.named_modules()}
     children = child_paths(model)
-    return summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children, split,
-                     ops)
+    profile = summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children,
+                        split, ops)
+    profile.threads = threads or previous_threads
+    return profile
 
 
 def signature(args, kwargs) -> Signature:
