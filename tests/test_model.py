@@ -158,7 +158,7 @@ def test_compose_keeps_a_good_replacement_and_drops_one_wrong_in_context(capsys,
     rows = {r["module"]: r for r in report["spots"]}
     assert rows["blocks.0.attn"]["survived"] and rows["blocks.0.attn"]["speedup_alone"] > 0
     qkv = rows["blocks.1.attn.qkv"]
-    assert qkv["speedup_alone"] is not None, "correct alone"
+    assert qkv["speedup_alone"] is not None and qkv["alone"] == "correct"
     assert not qkv["survived"] and "view size is not compatible" in qkv["dropped_reason"]
     e2e = report["end_to_end"]
     assert e2e["correct"] and e2e["speedup"] > 0 and report["optimized"] == str(out)
@@ -231,3 +231,21 @@ def test_profile_and_compose_on_cuda(capsys, tmp_path):
         "model", "compose", str(TRANSFORMER), "--device", "cuda", "--json", "--out", str(tmp_path / "o.py"),
         "--timing-budget", "2", "--replace", f"blocks.0.attn={CANDIDATES / 'attention_sdpa.py'}"])
     assert report["end_to_end"]["correct"], report["end_to_end"]
+
+
+def test_the_report_gives_each_spot_its_fate_and_amdahls_prediction():
+    from kernelopt.model.compose import Composition
+    from kernelopt.model.report import composition_report, composition_text
+    from kernelopt.sandbox import EvalResult
+
+    verdict = EvalResult(status="correct", correct=True, speedup=1.2)
+    composition = Composition("source", ["a"], {"b": "runtime_error: view size is not compatible"}, verdict)
+    report = composition_report([{"module": "a", "share": 0.5, "speedup_alone": 2.0, "alone": "correct"},
+                                 {"module": "b", "share": 0.2, "speedup_alone": 1.5, "alone": "correct"},
+                                 {"module": "c", "share": 0.1, "speedup_alone": None, "alone": "incorrect"}],
+                                composition, "m")
+    assert report["amdahl_prediction"] == pytest.approx(1 / (0.5 + 0.5 / 2.0), abs=1e-4)   # the kept spot only
+    assert [r["survived"] for r in report["spots"]] == [True, False, False]
+    text = composition_text(report)
+    assert "kept" in text and "dropped (runtime_error: view size" in text and "incorrect" in text
+    assert "end to end: correct, speedup 1.200x" in text and "1.333x" in text

@@ -116,7 +116,7 @@ def run_model_optimize(args) -> int:
         if best is not None:
             code = Path(best.path).read_text(encoding="utf-8")
             replacements.append(replacement_for(loaded, constructors, item.path, code, f"run {run_id}"))
-            alone[item.path] = best.speedup
+            alone[item.path] = (best.speedup, f"{best.status} (best of run {run_id})")
     # the composition is judged with the runs' settings, without their advisory profiling pass
     options = EvalOptions(device=device, **{k: v for k, v in config.eval_options.items() if k != "profile"})
     report = compose_and_report(loaded, profile, replacements, options, out / "optimized.py", alone=alone)

@@ -54,20 +54,24 @@ def load_and_profile(args):
 def compose_and_report(loaded, profile, replacements, options, out: Path, alone: dict | None = None) -> dict:
     """Each replacement judged alone against its extracted problem (unless `alone` gives its
     speedup), the composition judged end to end; optimized.py written when it is correct."""
+    from kernelopt.kernelbench import ProblemError
     from kernelopt.model.compose import compose_and_verify
     from kernelopt.model.report import composition_report
+    from kernelopt.sandbox.isolation import IsolationError
     from kernelopt.sandbox.process import SandboxError
 
-    alone = dict(alone or {})
+    alone = dict(alone or {})   # path -> (speedup or None, what the verdict alone was)
     try:
         for r in replacements:
             if r.path not in alone:
                 alone[r.path] = speedup_alone(loaded, profile, r, options)
         composition = compose_and_verify(loaded.problem, replacements, options, on_verdict=progress_line)
+    except (ProblemError, IsolationError) as exc:
+        raise UsageError(str(exc)) from exc
     except SandboxError as exc:
         raise EnvironmentFailure(str(exc)) from exc
-    spots = [{"module": r.path, "share": profile.modules.get(r.path), "speedup_alone": alone[r.path],
-              "source": r.label} for r in replacements]
+    spots = [{"module": r.path, "share": profile.modules.get(r.path), "speedup_alone": alone[r.path][0],
+              "alone": alone[r.path][1], "source": r.label} for r in replacements]
     report = composition_report(spots, composition, loaded.problem.name)
     if composition.source:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -78,9 +82,9 @@ def compose_and_report(loaded, profile, replacements, options, out: Path, alone:
     return report
 
 
-def speedup_alone(loaded, profile, replacement, options) -> float | None:
+def speedup_alone(loaded, profile, replacement, options) -> tuple[float | None, str]:
     """The replacement's speedup against its hot spot as a standalone problem (None: not
-    correct alone, or the spot cannot be extracted)."""
+    correct alone, or the spot cannot be extracted), and the verdict's status or why none."""
     from kernelopt.kernelbench import problem_from_source
     from kernelopt.model.extract import NotExtractable, problem_source
     from kernelopt.model.loading import record_constructors
@@ -89,15 +93,15 @@ def speedup_alone(loaded, profile, replacement, options) -> float | None:
     spot = profile.every.get(replacement.path)
     if spot is None:
         progress_line(replacement.path, None, "not called in the profiled forwards")
-        return None
+        return None, "not called in the profiled forwards"
     try:
         source, *_ = problem_source(loaded, spot, record_constructors(loaded).get(replacement.path))
     except NotExtractable as exc:
         progress_line(replacement.path, None, f"cannot be judged alone: {exc}")
-        return None
+        return None, f"not judged alone: {exc}"
     result = evaluate(problem_from_source(source, path=f"{replacement.path}.py"), replacement.source, options)
     progress_line(f"{replacement.path} alone", result)
-    return result.speedup if result.correct else None
+    return (result.speedup if result.correct else None), str(result.status)
 
 
 def progress_line(what: str, result, note: str = "") -> None:

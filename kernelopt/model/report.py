@@ -29,7 +29,7 @@ def inputs_text(inputs: list[dict]) -> str:
 
 def composition_report(spots: list[dict], composition, model: str) -> dict:
     """spots: per hot spot {"module", "share", "speedup_alone" (None: no correct candidate),
-    "source": where its replacement came from}. The end-to-end speedup against the Amdahl
+    "alone": the verdict alone, "source": where its replacement came from}. The end-to-end speedup against the Amdahl
     prediction from the survivors' shares and speedups alone."""
     rows = []
     for spot in spots:
@@ -55,7 +55,7 @@ def composition_report(spots: list[dict], composition, model: str) -> dict:
 def composition_text(report: dict) -> str:
     lines = [f"{'hot spot':32s} {'share':>7s} {'alone':>8s}  in the composed model"]
     for r in report["spots"]:
-        alone = f"{r['speedup_alone']:.3f}x" if r.get("speedup_alone") else "-"
+        alone = f"{r['speedup_alone']:.3f}x" if r.get("speedup_alone") else (r.get("alone") or "-")[:24]
         share = f"{r['share']:.1%}" if r.get("share") is not None else "-"
         fate = "kept" if r["survived"] else (f"dropped ({r['dropped_reason']})" if r["dropped_reason"]
                                              else "not composed")
