@@ -84,6 +84,7 @@ def test_extracted_problems_are_healthy_and_judge_an_exact_copy_correct(capsys, 
     for row in manifest["problems"]:
         problem = load_problem(out / row["file"])
         assert f"`{row['module']}`" in problem.source and 0 < row["share"] <= 1
+        assert row["inputs"][0]["shape"][0] == (4 if model == TRANSFORMER else 8) and row["signatures"] == 1
         copy = problem.source + "\n\nclass ModelNew(Model):\n    pass\n"
         with Evaluator(problem, options, keep_spare=False) as evaluator:
             health = check_health(evaluator, options)

@@ -39,12 +39,14 @@ class Extracted:
     spot_class: str | None = None       # how the composed model names the class: "module:qualname"
     init_args: list = field(default_factory=list)
     init_kwargs: dict = field(default_factory=dict)
+    inputs: list = field(default_factory=list)      # the call signature the problem reproduces
+    signatures: int = 1                             # distinct call signatures seen (the most frequent kept)
 
     def manifest_row(self) -> dict:
         row = {"module": self.path, "share": self.share}
         if self.file:
             row.update(file=self.file, spot_class=self.spot_class, init_args=self.init_args,
-                       init_kwargs=self.init_kwargs)
+                       init_kwargs=self.init_kwargs, inputs=self.inputs, signatures=self.signatures)
         else:
             row["reason"] = self.reason
         return row
@@ -56,7 +58,7 @@ def extract_spots(loaded: LoadedModel, spots, top: int | None = None) -> list[Ex
     chosen = spots if top is None else spots[:top]
     out = []
     for index, spot in enumerate(chosen, 1):
-        item = Extracted(path=spot.path, share=spot.share)
+        item = Extracted(path=spot.path, share=spot.share, inputs=spot.inputs, signatures=spot.signatures)
         try:
             item.source, item.spot_class, item.init_args, item.init_kwargs = problem_source(
                 loaded, spot, constructors.get(spot.path))
