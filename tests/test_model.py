@@ -137,11 +137,30 @@ def test_what_cannot_be_extracted_is_listed_with_the_reason(tmp_path, body, reas
     profile = profile_model(loaded, forwards=1, split=1.0)
     items = extract_spots(loaded, [profile.every["inner"], profile.every["seq"]])
     assert reason in items[0].reason and items[0].file is None
-    assert "constructor argument is a Linear" in items[1].reason    # Sequential(modules...)
     manifest = json.loads(write_extracted(items, tmp_path / "out", "model.py", profile.to_json()).read_text())
-    assert [r["module"] for r in manifest["not_extracted"]] == ["inner", "seq"]
-    linear = extract_spots(loaded, [profile.every["seq.0"]])[0]
-    assert linear.file and "class Model(_SpotLinear)" in linear.source
+    assert [r["module"] for r in manifest["not_extracted"]] == ["inner"]
+    assert [r["module"] for r in manifest["problems"]] == ["seq"]
+
+
+def test_a_sequential_is_extracted_with_its_modules_built_in(tmp_path, fast_options):
+    """nn.Sequential(nn.Linear(8, 8), nn.ReLU()): modules as constructor arguments are written
+    as their own constructor calls, inside the problem's Model; the problem judges a copy correct."""
+    from kernelopt.kernelbench import problem_from_source
+    from kernelopt.model.extract import extract_spots
+    from kernelopt.model.loading import load_model
+    from kernelopt.model.profiler import profile_model
+    from kernelopt.sandbox import evaluate
+
+    loaded = load_model(write_model(tmp_path, "def make():\n    return nn.Identity()"))
+    profile = profile_model(loaded, forwards=1, split=1.0)
+    seq, linear = extract_spots(loaded, [profile.every["seq"], profile.every["seq.0"]])
+    assert "class Model(_SpotSequential)" in seq.source and seq.init_args == []
+    assert seq.constructor == "_SpotSequential(_SpotLinear(8, 8), _SpotReLU())"
+    assert "class Model(_SpotLinear)" in linear.source and linear.init_args == [8, 8]
+    problem = problem_from_source(seq.source, path="seq.py")
+    result = evaluate(problem, seq.source + "\n\nclass ModelNew(Model):\n    pass\n",
+                      fast_options(correctness_trials=2, timing_budget=0.5))
+    assert result.correct, result.message
 
 
 def test_compose_keeps_a_good_replacement_and_drops_one_wrong_in_context(capsys, tmp_path):

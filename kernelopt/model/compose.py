@@ -21,9 +21,9 @@ from kernelopt.model.runtime_template import RUNTIME
 class Replacement:
     path: str
     source: str
-    spot_class: str            # "module:qualname" ("" module: a class of the model file)
-    init_args: list
-    init_kwargs: dict = field(default_factory=dict)
+    constructor: str           # the expression that builds the original submodule, e.g. "MLP(128, 512)"
+    imports: str               # the import lines that expression needs beyond the model file
+    init_args: list            # what the replacement's ModelNew is built with (the problem's init inputs)
     label: str = ""            # where it came from (a file, a run)
 
 
@@ -37,12 +37,15 @@ class Composition:
 
 
 def composed_source(model_source: str, replacements: list[Replacement]) -> str:
+    imports = "".join(sorted({line for r in replacements for line in r.imports.splitlines(keepends=True)}))
+    builders = "".join(f"\n\ndef _spot_{i}():\n    return {r.constructor}\n" for i, r in enumerate(replacements))
     entries = ",\n".join(
-        "    {" + f"'path': {r.path!r}, 'spot_class': {r.spot_class!r}, 'init_args': {r.init_args!r}, "
-        f"'init_kwargs': {r.init_kwargs!r},\n     'source': {r.source!r}" + "}"
-        for r in replacements)
-    return (model_source.rstrip() + "\n\n\nimport torch.nn as nn  # noqa: E402\n\n"
-            f"_REPLACEMENTS = [\n{entries}\n]\n" + RUNTIME)
+        "    {" + f"'path': {r.path!r}, 'build': _spot_{i}, 'init_args': {r.init_args!r},\n"
+        f"     'source': {r.source!r}" + "}"
+        for i, r in enumerate(replacements))
+    return (model_source.rstrip() + "\n\n\n# --- replacements (written by `kernelopt model compose`) ---\n"
+            "import torch.nn as nn  # noqa: E402\n" + imports + builders +
+            f"\n\n_REPLACEMENTS = [\n{entries}\n]\n" + RUNTIME)
 
 
 def compose_and_verify(problem, replacements: list[Replacement], options, on_verdict=None) -> Composition:
@@ -90,24 +93,21 @@ def first_line(text: str, limit: int = 200) -> str:
 
 
 def replacement_for(loaded, constructors: dict, path: str, source: str, label: str = "") -> Replacement:
-    """A Replacement for submodule `path` of the loaded model (its class and constructor call as
-    recorded by loading.record_constructors); ValueError saying why when there is none."""
-    from kernelopt.model.extract import NotExtractable, base_is_imported, literal
+    """A Replacement for submodule `path` of the loaded model (its constructor call as recorded
+    by loading.record_constructors); ValueError saying why when there is none."""
+    from kernelopt.model.extract import NotExtractable, spot_constructor
 
-    try:
-        module = loaded.model.get_submodule(path)
-    except AttributeError:
-        raise ValueError(f"the model has no submodule `{path}`") from None
     if not path:
         raise ValueError("the whole model is not a submodule: judge a candidate for it with `kernelopt eval`")
+    try:
+        loaded.model.get_submodule(path)
+    except AttributeError:
+        raise ValueError(f"the model has no submodule `{path}`") from None
     call = constructors.get(path)
     if call is None:
         raise ValueError(f"`{path}`: its constructor call was not seen while building the model")
-    cls = type(module)
-    reference = f"{cls.__module__}:{cls.__qualname__}" if base_is_imported(loaded, cls) else f":{cls.__qualname__}"
     try:
-        args = [literal(a, "constructor argument") for a in call.args]
-        kwargs = {k: literal(v, f"constructor argument {k}=") for k, v in call.kwargs.items()}
+        constructor, imports, args, _ = spot_constructor(loaded, call)
     except NotExtractable as exc:
         raise ValueError(f"`{path}`: {exc}") from None
-    return Replacement(path, source, reference, args, kwargs, label)
+    return Replacement(path, source, constructor, imports, args, label)

@@ -36,17 +36,17 @@ class Extracted:
     file: str | None = None
     source: str | None = None
     reason: str | None = None
-    spot_class: str | None = None       # how the composed model names the class: "module:qualname"
-    init_args: list = field(default_factory=list)
-    init_kwargs: dict = field(default_factory=dict)
+    constructor: str | None = None      # the expression that builds the spot, e.g. "MLP(128, 512)"
+    imports: str = ""                   # what that expression needs beyond the model file
+    init_args: list = field(default_factory=list)   # get_init_inputs(): what a candidate is built with
     inputs: list = field(default_factory=list)      # the call signature the problem reproduces
     signatures: int = 1                             # distinct call signatures seen (the most frequent kept)
 
     def manifest_row(self) -> dict:
         row = {"module": self.path, "share": self.share}
         if self.file:
-            row.update(file=self.file, spot_class=self.spot_class, init_args=self.init_args,
-                       init_kwargs=self.init_kwargs, inputs=self.inputs, signatures=self.signatures)
+            row.update(file=self.file, constructor=self.constructor, init_args=self.init_args,
+                       inputs=self.inputs, signatures=self.signatures)
         else:
             row["reason"] = self.reason
         return row
@@ -60,7 +60,7 @@ def extract_spots(loaded: LoadedModel, spots, top: int | None = None) -> list[Ex
     for index, spot in enumerate(chosen, 1):
         item = Extracted(path=spot.path, share=spot.share, inputs=spot.inputs, signatures=spot.signatures)
         try:
-            item.source, item.spot_class, item.init_args, item.init_kwargs = problem_source(
+            item.source, item.constructor, item.imports, item.init_args = problem_source(
                 loaded, spot, constructors.get(spot.path))
             item.file = f"{index:02d}_{file_stem(spot.path)}.py"
         except NotExtractable as exc:
@@ -87,8 +87,8 @@ def file_stem(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", path).strip("_") or "model"
 
 
-def problem_source(loaded: LoadedModel, spot, call: InitCall | None) -> tuple[str, str, list, dict]:
-    """(source, spot class reference, init args, init kwargs) or NotExtractable."""
+def problem_source(loaded: LoadedModel, spot, call: InitCall | None) -> tuple[str, str, str, list]:
+    """(source, constructor expression, its imports, init args) or NotExtractable."""
     module = loaded.model.get_submodule(spot.path)
     cls = type(module)
     if "<locals>" in cls.__qualname__:
@@ -101,44 +101,78 @@ def problem_source(loaded: LoadedModel, spot, call: InitCall | None) -> tuple[st
         raise NotExtractable(f"it is called with keyword arguments ({', '.join(spot.kwargs)}); a problem's "
                              "get_inputs() gives positional arguments only")
     check_control_flow(loaded, module)
-    args = [literal(a, "constructor argument") for a in call.args]
-    kwargs = {k: literal(v, f"constructor argument {k}=") for k, v in call.kwargs.items()}
     for arg in spot.inputs:
         if "shape" not in arg and arg["type"] not in ("int", "float", "bool", "str", "NoneType", "tuple", "list"):
             raise NotExtractable(f"it is called with a {arg['type']} argument, which cannot be written as a literal")
+    constructor, import_lines, args, init = spot_constructor(loaded, call)
+    base = class_name(loaded, cls, set())
     inputs = [input_expression(a) for a in spot.inputs]
-    base, imports = class_reference(loaded, cls)
     body = model_code_without_entry_points(loaded.problem.source)
-    init = ""
-    if kwargs:
-        init = (f"\n    def __init__(self, *args):\n"
-                f"        super().__init__(*args, **{kwargs_literal(kwargs)})\n")
     header = (f'"""Hot spot `{spot.path}` ({cls.__name__}) of {Path(loaded.problem.path).name}, '
               f"{spot.share:.1%} of its forward time\n(`kernelopt model extract`). The model's code "
               f"follows; the problem is its `{spot.path}`\nsubmodule, on the inputs it was seen with."
               f'\n"""\n\n')
-    source = (header + imports + body.rstrip() + "\n\n\n# --- the hot spot as a problem ---\n\n"
+    source = (header + import_lines + body.rstrip() + "\n\n\n# --- the hot spot as a problem ---\n\n"
               f"class Model({base}):\n"
-              f'    """`{spot.path}` of the model: {cls.__name__}{literal_call(args, kwargs)}."""\n'
-              + (init or "") + "\n\n"
+              f'    """`{spot.path}` of the model: {constructor}."""\n'
+              + init + "\n\n"
               "def get_inputs():\n"
               f"    return [{', '.join(inputs)}]\n\n\n"
               "def get_init_inputs():\n"
               f"    return {repr_list(args)}\n")
-    reference = f"{cls.__module__}:{cls.__qualname__}" if base_is_imported(loaded, cls) else f":{cls.__qualname__}"
-    return source, reference, args, kwargs
+    return source, constructor, import_lines, args
+
+
+def spot_constructor(loaded: LoadedModel, call: InitCall) -> tuple[str, str, list, str]:
+    """(the expression that builds the spot, the imports it needs, the problem's init inputs, the
+    extracted Model's __init__ ("" when it inherits its class's)). Literal positional arguments
+    are the init inputs and keyword arguments are baked in; where modules are among the
+    arguments (nn.Sequential's), everything is baked in and the init inputs are empty."""
+    imports: set[str] = set()
+    constructor = call_expression(loaded, call, imports)
+    base = class_name(loaded, call.cls, imports)
+    try:
+        args = [literal(a, "constructor argument") for a in call.args]
+        kwargs = {k: literal(v, f"constructor argument {k}=") for k, v in call.kwargs.items()}
+        init = (f"\n    def __init__(self, *args):\n        super().__init__(*args, **{kwargs_literal(kwargs)})\n"
+                if kwargs else "")
+    except NotExtractable:
+        args = []
+        init = f"\n    def __init__(self):\n        super().__init__{constructor[len(base):]}\n"
+    return constructor, "".join(sorted(imports)), args, init
+
+
+def call_expression(loaded: LoadedModel, call: InitCall, imports: set[str]) -> str:
+    """Source text that makes the same constructor call: literals as they are, modules given to
+    it (nn.Sequential's) as their own constructor calls; NotExtractable for anything else."""
+    if "<locals>" in call.cls.__qualname__:
+        raise NotExtractable(f"a module given to its constructor has a class defined inside a function "
+                             f"({call.cls.__qualname__})")
+    parts = [value_expression(loaded, a, imports) for a in call.args]
+    parts += [f"{k}={value_expression(loaded, v, imports)}" for k, v in call.kwargs.items()]
+    return f"{class_name(loaded, call.cls, imports)}({', '.join(parts)})"
+
+
+def value_expression(loaded: LoadedModel, value, imports: set[str]) -> str:
+    if isinstance(value, InitCall):
+        return call_expression(loaded, value, imports)
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(value_expression(loaded, v, imports) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    return repr(literal(value, "constructor argument"))
 
 
 def base_is_imported(loaded, cls) -> bool:
     return loaded.namespace.get(cls.__name__) is not cls
 
 
-def class_reference(loaded: LoadedModel, cls) -> tuple[str, str]:
-    """(the name the file uses for the class, an import line when it needs one)."""
+def class_name(loaded: LoadedModel, cls, imports: set[str]) -> str:
+    """The name the file uses for the class; an import line added when it needs one."""
     if not base_is_imported(loaded, cls):
-        return cls.__name__, ""
+        return cls.__name__
     alias = f"_Spot{cls.__name__}"
-    return alias, f"from {cls.__module__} import {cls.__qualname__} as {alias}\n"
+    imports.add(f"from {cls.__module__} import {cls.__qualname__} as {alias}\n")
+    return alias
 
 
 def model_code_without_entry_points(source: str) -> str:
@@ -195,11 +229,6 @@ def repr_list(values) -> str:
 
 def kwargs_literal(kwargs: dict) -> str:
     return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in kwargs.items()) + "}"
-
-
-def literal_call(args, kwargs) -> str:
-    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    return "(" + ", ".join(parts) + ")"
 
 
 def input_expression(arg: dict) -> str:

@@ -105,4 +105,13 @@ def record_constructors(loaded: LoadedModel, seed: int = 0) -> dict[str, InitCal
                 del cls.__init__
             else:
                 cls.__init__ = original
+    for call in calls.values():   # modules given to a constructor (nn.Sequential's) as their own calls
+        call.args = tuple(_as_call(a, calls) for a in call.args)
+        call.kwargs = {k: _as_call(v, calls) for k, v in call.kwargs.items()}
     return {path: calls[id(m)] for path, m in again.named_modules() if id(m) in calls}
+
+
+def _as_call(value, calls: dict):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_call(v, calls) for v in value)
+    return calls.get(id(value), value) if hasattr(value, "named_modules") else value

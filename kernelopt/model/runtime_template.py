@@ -4,18 +4,8 @@ parameters and buffers, and swapped in. Kept as text: it is written into the com
 
 RUNTIME = r'''
 # --- composition (written by `kernelopt model compose`) ---
-import importlib as _importlib
 import sys as _sys
 import types as _types
-
-
-def _spot_class(reference):
-    module, _, qualname = reference.partition(":")
-    first, *rest = qualname.split(".")
-    owner = getattr(_importlib.import_module(module), first) if module else globals()[first]
-    for part in rest:
-        owner = getattr(owner, part)
-    return owner
 
 
 def _load_replacement(index, entry):
@@ -31,14 +21,14 @@ def _load_replacement(index, entry):
 
 
 def _adopt_state(entry, new_class, original):
-    """Builds the replacement, and maps each of its state entries to the spot's: built twice from
-    one seed, a replacement's weights equal the spot class's; by name first, then by value."""
+    """Builds the replacement, and maps each of its state entries to the original submodule's:
+    the two built from one seed (`build` makes a fresh original), a replacement's weights equal
+    the original's; matched by name first, then by value."""
     import torch
 
-    spot_class = _spot_class(entry["spot_class"])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        probe = spot_class(*entry["init_args"], **entry["init_kwargs"])
+        probe = entry["build"]()
         torch.manual_seed(0)
         new = new_class(*entry["init_args"])
     probe_state, original_state = probe.state_dict(), original.state_dict()
