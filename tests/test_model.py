@@ -235,6 +235,29 @@ def test_optimize_searches_each_spot_and_composes_the_winners(capsys, tmp_path, 
     assert json.loads((tmp_path / "run" / "problems" / "manifest.json").read_text())["problems"]
 
 
+def test_a_whole_model_run_resumes_with_a_bigger_budget(capsys, tmp_path, monkeypatch):
+    """No code in the first answers: nothing to compose. --resume with a bigger --budget
+    continues each spot's run from the store (the answers given are replayed, not asked again)
+    and composes what the new calls found."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    argv = ["model", "optimize", str(TRANSFORMER), "--forwards", "2", "--store", str(tmp_path / "s.sqlite"),
+            "--out", str(tmp_path / "run"), "--json", "--quiet", *QUICK_EVAL]
+    with ScriptedLLMServer(["I am not sure how to make this faster."]) as server:
+        first = run_json(capsys, argv[:3] + ["--top", "1", "--model", "test-model", "--base-url", server.url,
+                                             "--budget", "1"] + argv[3:])
+    assert first["end_to_end"]["status"] == "nothing composed" and first["optimized"] is None
+    assert first["runs"][0]["best_speedup"] is None
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert [s["run_id"] for s in plan["spots"]] == [first["runs"][0]["run_id"]]
+    with ScriptedLLMServer(exact_copy_reply) as server:
+        second = run_json(capsys, argv + ["--resume", "--budget", "2", "--base-url", server.url])
+        assert server.answered() == 1     # the first call came from the store
+    assert second["runs"][0]["run_id"] == first["runs"][0]["run_id"] and second["runs"][0]["llm_calls"] == 2
+    assert second["runs"][0]["best_speedup"] and second["end_to_end"]["correct"]
+    assert main(["model", "optimize", str(TRANSFORMER), "--resume", "--out", str(tmp_path / "none")]) == 2
+
+
 def test_the_budget_is_shared_by_share_of_time():
     from kernelopt.cli.model_optimize import share_budget
 

@@ -54,11 +54,13 @@ def compose_and_verify(problem, replacements: list[Replacement], options, on_ver
     from kernelopt.sandbox import Evaluator
 
     report = on_verdict or (lambda what, result: None)
+    if not replacements:
+        return Composition(None, [], {})
     with Evaluator(problem, options, keep_spare=False) as evaluator:
         source = composed_source(problem.source, replacements)
         result = evaluator.evaluate(source)
         report("all", result)
-        if result.correct or len(replacements) == 0:
+        if result.correct:
             return Composition(source, [r.path for r in replacements], {}, result)
         dropped: dict[str, str] = {}
         alone: dict[str, object] = {}
