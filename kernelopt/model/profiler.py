@@ -54,7 +54,7 @@ class Spot:
     kwargs: list[str]              # keyword arguments' names seen (extraction refuses them)
     signatures: int                # distinct signatures seen
     ops: list[str]                 # the ops that take most of its time (profiler, self time)
-    free_bound: float              # end-to-end speedup if the spot took no time (Amdahl)
+    free_bound: float | None       # end-to-end speedup if the spot took no time (Amdahl; None: unbounded)
     half_bound: float              # ... if it ran 2x faster
 
     def to_json(self) -> dict:
@@ -67,7 +67,7 @@ class ModelProfile:
     device: str
     forwards: int
     unit: str                      # "thread cpu time" | "device time"
-    forward_ms: float              # per forward, as profiled (profiler overhead included)
+    forward_ms: float              # the fastest profiled forward (the hooks' own cost included)
     spots: list[Spot]
     model_self: float              # share of the model's own forward outside every submodule
     modules: dict[str, float] = field(default_factory=dict)   # every called module path -> share
@@ -85,6 +85,11 @@ def amdahl(share: float, speedup: float | None) -> float:
     """End-to-end speedup when a part holding `share` of the time gets `speedup` (None: free)."""
     rest = 1.0 - share + (0.0 if speedup is None else share / speedup)
     return 1.0 / rest if rest > 0 else float("inf")
+
+
+def bounded(value: float) -> float | None:
+    """Rounded for the report; None for an unbounded speedup (a spot holding the whole forward)."""
+    return round(value, 3) if value != float("inf") else None
 
 
 def combined_amdahl(parts: list[tuple[float, float]]) -> float:
@@ -263,7 +268,7 @@ def summarize(name, device, forwards, cuda, inclusive, signatures, kinds, childr
                           share=round(share, 4), calls=round(len(seen) / forwards, 2),
                           inputs=common.args if common else [], kwargs=common.kwargs if common else [],
                           signatures=len({s.key() for s in seen}), ops=top_ops(ops.get(path, {})),
-                          free_bound=round(amdahl(share, None), 3), half_bound=round(amdahl(share, 2.0), 3)))
+                          free_bound=bounded(amdahl(share, None)), half_bound=round(amdahl(share, 2.0), 3)))
     spots = [every[path] for path in frontier(looked_through, set(signatures) | {ROOT}, children, split)]
     spots.sort(key=lambda s: -s.share)
     covered = sum(looked_through.get(c, 0.0) for c in children.get(ROOT, []))

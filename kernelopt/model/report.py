@@ -11,7 +11,8 @@ def profile_text(profile: ModelProfile) -> str:
              f"({profile.unit}, {profile.forwards} forwards profiled)",
              f"{'hot spot':32s} {'module':16s} {'share':>7s} {'calls':>6s}  {'if free':>8s} {'if 2x':>7s}  inputs"]
     for s in profile.spots:
-        lines.append(f"{s.path:32s} {s.kind[:16]:16s} {s.share:7.1%} {s.calls:6g}  {s.free_bound:7.3f}x "
+        free = f"{s.free_bound:7.3f}x" if s.free_bound is not None else "     inf"
+        lines.append(f"{s.path:32s} {s.kind[:16]:16s} {s.share:7.1%} {s.calls:6g}  {free} "
                      f"{s.half_bound:6.3f}x  {inputs_text(s.inputs)}")
     other = max(0.0, 1.0 - sum(s.share for s in profile.spots) - profile.model_self)
     lines.append(f"{'(model: outside every submodule)':49s} {profile.model_self:7.1%}")
