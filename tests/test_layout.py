@@ -158,3 +158,15 @@ def test_ray_is_imported_only_by_the_cluster_layer_and_lazily():
             if any(n == "ray" or n.startswith("ray.") for n in names):
                 assert module.startswith("kernelopt.cluster"), f"{module} imports ray"
                 assert id(node) not in top_level, f"{module} imports ray at import time"
+
+
+def test_the_model_layer_sits_beside_bench_and_tune():
+    """kernelopt/model (`kernelopt model`) imports only kernelbench, sandbox and agent (and itself);
+    only the command line imports it."""
+    allowed = ("kernelopt.model", "kernelopt.kernelbench", "kernelopt.sandbox", "kernelopt.agent")
+    for module, targets in import_graph().items():
+        if module.startswith("kernelopt.model"):
+            wrong = {t for t in targets if t != "kernelopt" and not t.startswith(allowed)}
+            assert not wrong, f"{module} imports {sorted(wrong)}"
+        elif not module.startswith("kernelopt.cli"):
+            assert not any(t.startswith("kernelopt.model") for t in targets), (module, targets)

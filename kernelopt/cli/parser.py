@@ -18,6 +18,7 @@ from kernelopt.cli import (
     export,
     generate,
     mcp,
+    model,
     optimize,
     report,
     runs,
@@ -28,7 +29,7 @@ from kernelopt.cli.errors import run_handler
 
 # In the order `kernelopt --help` lists them.
 COMMANDS = (evaluate, optimize, runs, cache, doctor, bench, baselines, generate, export, report, serve, tune,
-            mcp)
+            model, mcp)
 
 
 def build_parser() -> argparse.ArgumentParser:
