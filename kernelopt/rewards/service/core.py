@@ -57,12 +57,13 @@ class RewardService:
         """An OpenRLHF remote reward request, validated: one item per sample."""
         return self._parser.openrlhf(body)
 
-    def submit(self, items: list[EvalItem]) -> PendingAnswers:
+    def submit(self, items: list[EvalItem], arrived: float | None = None) -> PendingAnswers:
         """Accept the items as one request without waiting for verdicts: completions without a
         program are answered at once, the others are queued in their lanes. Raises ServiceError
         when nothing was accepted (Overloaded, ShuttingDown, BadRequest for a batch larger than
-        the queue)."""
-        pending = PendingAnswers(items, self._ledger, self.request_timeout)
+        the queue, RequestTimedOut when reading and parsing the request, which count from
+        `arrived` (time.monotonic(); default now), took the whole request timeout)."""
+        pending = PendingAnswers(items, self._ledger, self.request_timeout, arrived)
         jobs = []
         for index, item in enumerate(items):
             try:
@@ -70,6 +71,8 @@ class RewardService:
             except FormatError as exc:
                 self.metrics.verdict("format_error")
                 pending.answers[index] = format_error_answer(item, str(exc))
+        if jobs and pending.expired():
+            raise pending.timed_out()
         self._ledger.admit([job for _, job in jobs])
         pending.jobs = jobs
         try:
@@ -117,19 +120,20 @@ class PendingAnswers:
     and a job per program being judged. Wait with `wait()` from a thread or `wait_async()` from
     an event loop, then always `withdraw()`, which takes back what is still queued."""
 
-    def __init__(self, items: list[EvalItem], ledger: JobLedger, timeout: float):
+    def __init__(self, items: list[EvalItem], ledger: JobLedger, timeout: float, arrived: float | None = None):
         self.items = items
         self.answers: list[dict | None] = [None] * len(items)
         self.jobs: list[tuple[int, Job]] = []
         self._ledger, self._timeout = ledger, timeout
-        self._deadline = time.monotonic() + timeout  # the time in the queue counts too
+        # Reading and parsing the request count, and so does the time in the queue.
+        self._deadline = (time.monotonic() if arrived is None else arrived) + timeout
 
     def wait(self) -> list[dict]:
         for index, job in self.jobs:
             try:
                 result = job.future.result(timeout=self._time_left())
             except FutureTimeout:
-                raise self._timed_out() from None
+                raise self.timed_out() from None
             self.answers[index] = verdict_answer(self.items[index], result)
         return self.answers
 
@@ -140,7 +144,7 @@ class PendingAnswers:
                 # job still queued the same as withdraw() does.
                 result = await asyncio.wait_for(asyncio.wrap_future(job.future), self._time_left())
             except asyncio.TimeoutError:
-                raise self._timed_out() from None
+                raise self.timed_out() from None
             self.answers[index] = verdict_answer(self.items[index], result)
         return self.answers
 
@@ -151,6 +155,9 @@ class PendingAnswers:
     def _time_left(self) -> float:
         return max(0.0, self._deadline - time.monotonic())
 
-    def _timed_out(self) -> RequestTimedOut:
+    def expired(self) -> bool:
+        return self._time_left() <= 0
+
+    def timed_out(self) -> RequestTimedOut:
         return RequestTimedOut(f"no verdict within the request timeout ({self._timeout:g} s); the service is busy "
                                "or the evaluation is slow: retry, or raise --request-timeout")
