@@ -382,6 +382,7 @@ def test_kernelopt_serve_prints_its_url_serves_and_stops_on_sigterm():
     (["--queue-size", "0"], "--queue-size must be at least 1"),
     (["--kernelbench", "no/such/set/here"], "no/such/set/here"),
     (["--device", "cuda:7"], "invalid option"),
+    (["--host", "0.0.0.0", "--port", "0"], "a token is required to listen on 0.0.0.0"),
 ])
 def test_kernelopt_serve_rejects_unusable_settings_with_exit_2(args, message, capsys):
     from kernelopt.cli import main

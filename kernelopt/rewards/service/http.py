@@ -32,6 +32,7 @@ from kernelopt.rewards.service.answers import openrlhf_answer
 from kernelopt.rewards.service.core import RewardService
 from kernelopt.rewards.service.errors import (BadRequest, BodyTimedOut, ClientGone, MethodNotAllowed, NotFound,
                                               ServiceError)
+from kernelopt.rewards.service.guard import LOOPBACK_NAMES, RequestGuard
 from kernelopt.rewards.service.metrics import Metrics
 from kernelopt.rewards.service.schemas import (REQUEST_MODELS, ErrorAnswer, EvaluateAnswer, EvaluateRequest, Health,
                                                OpenRLHFAnswer, OpenRLHFRequest, ProblemListing)
@@ -125,15 +126,18 @@ ENDPOINTS = (
 
 
 def create_app(service: RewardService, *, max_body: int = 16 << 20, log_requests: bool = False,
-               body_timeout: float = BODY_TIMEOUT_S) -> FastAPI:
+               body_timeout: float = BODY_TIMEOUT_S, allowed: frozenset[str] = LOOPBACK_NAMES,
+               token: str | None = None) -> FastAPI:
     """The ASGI app serving `service`; bodies over `max_body` bytes, or not received within
-    `body_timeout` seconds, are refused."""
+    `body_timeout` seconds, are refused, and so are requests from foreign hosts and origins or
+    without the token (guard.py; `allowed`: the Host names answered)."""
     app = FastAPI(title="kernelopt reward service", version="1", redoc_url=None, redirect_slashes=False,
                   description="Verdicts and rewards for LLM-written kernels, for RL trainers (docs/serve.md).")
     app.state.service, app.state.max_body, app.state.body_timeout = service, max_body, body_timeout
     for endpoint in ENDPOINTS:
         _add_route(app, endpoint)
     app.add_exception_handler(StarletteHTTPException, _routing_error)
+    app.add_middleware(RequestGuard, allowed=allowed, token=token)  # inside AnswerBook: refusals are counted
     app.add_middleware(AnswerBook, metrics=service.metrics, log=log_requests,
                        known_paths=frozenset(route.path for route in app.routes))
     app.openapi = functools.partial(_openapi_with_request_models, app, app.openapi)
