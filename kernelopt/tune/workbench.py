@@ -104,12 +104,26 @@ class Workbench:
     def stop(self) -> None:
         self.session.stop()
 
-    def accept(self, number: int, path: str) -> dict:
+    def accept(self, number: int, path: str, overwrite: bool = False, create_dirs: bool = False) -> dict:
+        """Writes candidate `number` to `path`: never over an existing file unless `overwrite`,
+        and into a missing folder outside the working directory only with `create_dirs`."""
         path = checked_text(path, "path", 4096).strip()
         if not path:
             raise BadRequest("give the path to write the candidate to")
+        if "\x00" in path:
+            raise BadRequest("the path holds a NUL character")
+        if not isinstance(overwrite, bool) or not isinstance(create_dirs, bool):
+            raise BadRequest("overwrite and create_dirs must be true or false")
+        target = Path(path).expanduser()
+        if target.is_dir():
+            raise BadRequest(f"{target} is a folder: give a file name")
+        if target.exists() and not overwrite:
+            raise BadRequest(f"{target} already exists: choose another path, or overwrite it (overwrite: true)")
+        if not target.parent.is_dir() and not create_dirs and not _inside(target.parent, Path.cwd()):
+            raise BadRequest(f"the folder {target.parent} does not exist and is outside the working directory: "
+                             "create it first, or ask for it (create_dirs: true)")
         try:
-            accepted = self.session.accept(self._candidate(number), Path(path).expanduser())
+            accepted = self.session.accept(self._candidate(number), target)
         except SessionError as exc:
             raise BadRequest(str(exc)) from exc
         entry = {"number": number, "path": accepted.path, "command": accepted.command}
@@ -192,4 +206,14 @@ def checked_text(value, name: str, limit: int) -> str:
         raise BadRequest(f"{name} must be text")
     if len(value) > limit:
         raise BadRequest(f"{name} is too long ({len(value)} characters; at most {limit})")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise BadRequest(f"{name} holds a lone UTF-16 surrogate, which is not text")
     return value
+
+
+def _inside(folder: Path, root: Path) -> bool:
+    try:
+        folder.resolve().relative_to(root.resolve())
+        return True
+    except (ValueError, OSError):
+        return False
