@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import time
 
 import pytest
 from conftest import REPO
@@ -132,3 +134,45 @@ def test_host_parsing_and_the_allowed_set():
     assert "10.0.0.5" in allowed_hosts("10.0.0.5")
     assert host_refusal({"host": "app.localhost:9"}, allowed_hosts("127.0.0.1")) is None
     assert "Origin" in host_refusal({"host": "localhost:9", "origin": "http://localhost:10"}, allowed_hosts("::1"))
+
+
+# -- stalled and abandoned uploads ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def impatient(servers):
+    server = start_server(servers[0].service, body_timeout=0.5)
+    yield server
+    server.stop(timeout=5)
+
+
+def _partial_upload(server) -> socket.socket:
+    host, port = server.server_address[:2]
+    connection = socket.create_connection((host, port), timeout=30)
+    connection.sendall(f"POST /v1/evaluate HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                       f"Content-Length: {len(BODY)}\r\n\r\n".encode() + BODY[:10])
+    return connection
+
+
+def _metrics(server) -> str:
+    connection = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+    connection.request("GET", "/metrics")
+    text = connection.getresponse().read().decode()
+    connection.close()
+    return text
+
+
+def test_a_stalled_upload_gets_408_and_holds_nothing(impatient):
+    with _partial_upload(impatient) as connection:
+        start = time.monotonic()
+        answer = connection.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 408") and '"code": "body_timeout"' in answer
+    assert time.monotonic() - start < 10
+
+
+def test_an_abandoned_upload_is_counted_as_a_disconnect_not_a_server_error(impatient):
+    _partial_upload(impatient).close()
+    deadline = time.monotonic() + 10
+    while 'path="/v1/evaluate",code="499"' not in _metrics(impatient):
+        assert time.monotonic() < deadline, _metrics(impatient)
+        time.sleep(0.05)
+    assert 'code="500"' not in _metrics(impatient)

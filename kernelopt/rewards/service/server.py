@@ -13,7 +13,7 @@ import uvicorn
 
 from kernelopt.rewards.service.core import RewardService
 from kernelopt.rewards.service.guard import TOKEN_ENV, allowed_hosts, is_loopback
-from kernelopt.rewards.service.http import create_app
+from kernelopt.rewards.service.http import BODY_TIMEOUT_S, create_app
 
 ANSWER_GRACE_S = 10.0  # after the evaluations end, time to write the answers before giving up on them
 KEEP_ALIVE_S = 120  # an idle kept-alive connection is closed after this
@@ -26,7 +26,7 @@ class RewardServer:
 
     def __init__(self, service: RewardService, host: str = "127.0.0.1", port: int = 0, *,
                  max_body: int = 16 << 20, log_requests: bool = False, token: str | None = None,
-                 allow_hosts: Iterable[str] = ()):
+                 allow_hosts: Iterable[str] = (), body_timeout: float = BODY_TIMEOUT_S):
         if not token and not is_loopback(host):
             raise ValueError(f"a token is required to listen on {host}, beyond this machine (--token or "
                              f"${TOKEN_ENV})")
@@ -34,7 +34,7 @@ class RewardServer:
         self.socket = _listening_socket(host, port)  # OSError: taken port, unknown address
         self.server_address = self.socket.getsockname()
         self.app = create_app(service, max_body=max_body, log_requests=log_requests, token=token or None,
-                              allowed=allowed_hosts(host, allow_hosts))
+                              allowed=allowed_hosts(host, allow_hosts), body_timeout=body_timeout)
         # Quiet and self-contained: no logging configuration imposed on the host process (the
         # app logs requests itself), no proxy headers trusted, the pure-Python h11 parser.
         config = uvicorn.Config(self.app, http="h11", loop="asyncio", ws="none", lifespan="off", interface="asgi3",
