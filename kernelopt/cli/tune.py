@@ -59,6 +59,7 @@ def run_tune(args) -> int:
         session.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
     server.start()
+    server.workbench.judge_pending()  # a resumed run stopped mid-evaluation: its candidates get their verdicts
     if not is_loopback(args.host):
         print(f"kernelopt tune: warning: listening on {args.host}, reachable from other machines; "
               "only the token protects the session", file=sys.stderr)

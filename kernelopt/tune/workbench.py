@@ -45,6 +45,13 @@ class Workbench:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="tune-action")
         session.listeners.append(self._relay)
 
+    def judge_pending(self) -> bool:
+        """Starts judging the candidates a resumed run left without a verdict; False if none."""
+        pending = len(self.session.left_pending())
+        if pending:
+            self._start(f"judging {pending} candidate(s) left pending", self.session.judge_pending)
+        return bool(pending)
+
     def close(self) -> None:
         self.session.stop("the workbench is closing")
         self._worker.shutdown(wait=True, cancel_futures=True)
