@@ -176,3 +176,10 @@ def test_an_abandoned_upload_is_counted_as_a_disconnect_not_a_server_error(impat
         assert time.monotonic() < deadline, _metrics(impatient)
         time.sleep(0.05)
     assert 'code="500"' not in _metrics(impatient)
+
+
+def test_the_refusals_are_in_the_api_description(servers):
+    code, document, _ = request(servers[0], "GET", "/openapi.json", own(servers[0]))
+    evaluate = document["paths"]["/v1/evaluate"]["post"]["responses"]
+    assert code == 200 and {"401", "403", "408", "415"} <= set(evaluate)
+    assert "403" in document["paths"]["/healthz"]["get"]["responses"]

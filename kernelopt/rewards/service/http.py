@@ -110,7 +110,8 @@ class Endpoint:
     answer_class: type[Response] = JSONAnswer
 
 
-_JUDGING_ERRORS = (400, 422, 429, 500, 503, 504)
+_ACCESS_ERRORS = (401, 403)  # no token; a foreign Host or Origin (guard.py)
+_JUDGING_ERRORS = (400, *_ACCESS_ERRORS, 408, 415, 422, 429, 500, 503, 504)
 ENDPOINTS = (
     Endpoint("POST", "/v1/evaluate", evaluate, "Judge one completion and reward its verdict",
              EvaluateRequest, EvaluateAnswer, _JUDGING_ERRORS),
@@ -118,10 +119,11 @@ ENDPOINTS = (
              OpenRLHFRequest, OpenRLHFAnswer, _JUDGING_ERRORS),
     Endpoint("POST", "/get_reward", openrlhf, "The same as /v1/openrlhf, at OpenRLHF's usual path",
              OpenRLHFRequest, OpenRLHFAnswer, _JUDGING_ERRORS),
-    Endpoint("GET", "/healthz", healthz, "Liveness, queue and evaluators", answer_model=Health),
-    Endpoint("GET", "/metrics", metrics, "Prometheus metrics (text format)", answer_class=PlainTextResponse),
+    Endpoint("GET", "/healthz", healthz, "Liveness, queue and evaluators", answer_model=Health, error_codes=(403,)),
+    Endpoint("GET", "/metrics", metrics, "Prometheus metrics (text format)", answer_class=PlainTextResponse,
+             error_codes=_ACCESS_ERRORS),
     Endpoint("GET", "/v1/problems", problems, "The loaded problem set, with the ids requests may use",
-             answer_model=ProblemListing),
+             answer_model=ProblemListing, error_codes=_ACCESS_ERRORS),
 )
 
 
