@@ -241,3 +241,12 @@ def test_every_answer_of_the_three_slow_inputs_is_quick_and_strict(server):
     code, answer = _post(server.url + "/v1/openrlhf", {"query": ["p" + " " * (1 << 20)], "prompts": ["p"],
                                                       "labels": ["1/1"]})
     assert code == 200 and answer["statuses"] == ["format_error"] and answer["rewards"] == [0.0]
+
+
+def test_the_request_deadline_counts_from_arrival_so_parsing_is_inside_it(service):
+    from kernelopt.rewards.service.errors import RequestTimedOut
+
+    items = [service.parse_evaluate({"problem": {"id": "1/1"}, "completion": PROGRAM})]
+    with pytest.raises(RequestTimedOut):  # arrived a request timeout ago: refused before it is queued
+        service.submit(items, arrived=time.monotonic() - service.request_timeout - 1)
+    assert service.health()["queue_depth"] == 0 and service.health()["in_flight"] == 0
