@@ -124,6 +124,16 @@ def test_an_answer_without_a_program_gets_format_error_and_its_reward(real):
     assert set(json.loads(EvalResult(status="correct", correct=True).model_dump_json())) <= set(answer)
 
 
+def test_a_reference_that_kills_its_worker_at_import_is_a_problem_error_not_the_candidate_fault(real):
+    exiting = "import os\nos._exit(3)\n" + RELU_SOURCE
+    code, answer, _ = post(real.url + "/v1/evaluate", {"problem": {"source": exiting}, "completion": HONEST})
+    assert code == 422 and answer["code"] == "problem_error" and "exited with code 3" in answer["error"], answer
+    # A candidate that does the same is still the candidate's runtime error.
+    code, answer, _ = post(real.url + "/v1/evaluate", {"problem": {"id": "1/1"},
+                                                       "completion": "import os\nos._exit(3)\n" + HONEST})
+    assert code == 200 and answer["status"] == "runtime_error" and "exited with code 3" in answer["message"]
+
+
 BAD_PAYLOADS = [
     (b"{not json", "not valid JSON"),
     (b"[1, 2]", "must be a JSON object"),
@@ -390,6 +400,7 @@ def test_kernelopt_serve_prints_its_url_serves_and_stops_on_sigterm():
     (["--queue-size", "0"], "--queue-size must be at least 1"),
     (["--kernelbench", "no/such/set/here"], "no/such/set/here"),
     (["--device", "cuda:7"], "invalid option"),
+    (["--host", "0.0.0.0", "--port", "0"], "a token is required to listen on 0.0.0.0"),
 ])
 def test_kernelopt_serve_rejects_unusable_settings_with_exit_2(args, message, capsys):
     from kernelopt.cli import main

@@ -125,6 +125,23 @@ def test_resume_continues_an_optimize_run_with_new_calls(endpoint, capsys, tmp_p
     assert rows[2]["strategy_data"] == {"source": "hint", "hint": "drop the dead matmul"}
 
 
+def test_a_resumed_session_judges_the_candidates_left_pending(endpoint, tmp_path):
+    from kernelopt.agent.attempt import code_hash
+
+    with ScriptedLLMServer([answer(FAST)]) as server:
+        with open_session(server, tmp_path) as s:
+            run_id = s.run_id
+            # As a run killed while judging leaves it: the candidate stored, its verdict never.
+            s.pipeline.store.add_candidate(run_id, None, None, FAST, code_hash(FAST), None, {"source": "hand"})
+        with Session.resume(run_id, store=tmp_path / "s.sqlite", base_url=server.url) as s:
+            assert [c.status for c in s.left_pending()] == ["not_evaluated"]
+            judged = s.judge_pending()
+            assert [c.status for c in judged] == ["correct"] and s.left_pending() == []
+            assert s.judge_pending() == []
+        with Session.resume(run_id, store=tmp_path / "s.sqlite", base_url=server.url) as s:
+            assert [c.status for c in s.candidates] == ["correct"] and s.left_pending() == []  # recorded
+
+
 def test_a_strategy_runs_for_its_budget_and_stop_ends_it(endpoint, tmp_path):
     with ScriptedLLMServer([Reply(content=NO_CODE, delay=0.2)]) as server, open_session(server, tmp_path) as s:
         done = s.run("refine", calls=2)

@@ -155,6 +155,9 @@ def test_the_workbench_drives_a_session_from_the_browser(browser, workbench, tmp
     click(browser, '#tabs button[data-tab="accept"]')
     browser.find_element(By.ID, "accept-path").send_keys(str(target))
     click(browser, "#accept")
+    # The folder is outside the working directory: the page asks before creating it.
+    wait_for(browser, lambda d: _alert_text(d) and "Create the folder?" in _alert_text(d), "no confirmation asked")
+    browser.switch_to.alert.accept()
     wait_for(browser, lambda d: "kernelopt eval" in d.find_element(By.ID, "accepted").text, "accept showed nothing")
     assert target.read_text() == HAND
     assert browser.find_elements(By.CSS_SELECTOR, "#chart path.line")
@@ -168,3 +171,12 @@ def test_the_workbench_drives_a_session_from_the_browser(browser, workbench, tmp
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     if os.environ.get("KERNELOPT_UPDATE_SCREENSHOT"):
         shutil.copyfile(shot, REPO / "docs" / "tune.png")
+
+
+def _alert_text(browser) -> str | None:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        return browser.switch_to.alert.text
+    except NoAlertPresentException:
+        return None

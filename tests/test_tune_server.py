@@ -152,9 +152,20 @@ def test_hand_edits_diffs_and_accept(workbench, tmp_path):
     assert status == 200 and "+        return torch.softmax(x, -1)" in diff["text"]
     assert "<script>" not in diff["html"] and "&lt;script&gt;" in diff["html"]
     target = tmp_path / "kept" / "softmax.py"
-    status, accepted = call(tune.base_url + "/api/accept", {"number": 1, "path": str(target)}, token=tune.token)
+    accept = {"number": 1, "path": str(target)}
+    # A folder outside the working directory is created only when asked for.
+    status, refused = call(tune.base_url + "/api/accept", accept, token=tune.token)
+    assert status == 400 and "does not exist and is outside the working directory" in refused["error"]
+    assert not target.parent.exists()
+    status, accepted = call(tune.base_url + "/api/accept", {**accept, "create_dirs": True}, token=tune.token)
     assert status == 200 and target.read_text() == edited
     assert accepted["command"].startswith(f"kernelopt eval --reference {PROBLEM} --candidate {target}")
+    # An existing file is overwritten only when asked to.
+    target.write_text("# mine\n")
+    status, refused = call(tune.base_url + "/api/accept", accept, token=tune.token)
+    assert status == 400 and "already exists" in refused["error"] and target.read_text() == "# mine\n"
+    assert call(tune.base_url + "/api/accept", {**accept, "overwrite": True}, token=tune.token)[0] == 200
+    assert target.read_text() == edited
 
 
 @pytest.mark.parametrize("path, body, message", [
@@ -165,11 +176,44 @@ def test_hand_edits_diffs_and_accept(workbench, tmp_path):
     ("/api/submit", {"code": "  "}, "the code is empty"),
     ("/api/run", {"strategy": "annealing", "calls": 2}, "unknown strategy 'annealing'"),
     ("/api/accept", {"number": 1, "path": "x.py"}, "no candidate 1"),
+    ("/api/accept", {"number": 1, "path": "a\x00b.py"}, "NUL"),
+    ("/api/accept", {"number": 1, "path": "a\ud800.py"}, "surrogate"),
+    ("/api/ask", b"[" * 100_000, "not JSON"),
+    ("/api/ask", b'{"n": NaN}', "not a JSON number"),
+    ("/api/candidates/abc", None, "bad parameters"),
+    ("/api/candidates/" + "9" * 5000, None, "bad parameters"),
+    ("/api/diff?old=reference", None, "bad parameters"),
 ])
 def test_bad_requests_are_refused_with_a_reason(workbench, path, body, message):
     _, tune = workbench
     status, answer_ = call(tune.base_url + path, body, token=tune.token)
     assert status == 400 and message in answer_["error"]
+
+
+def raw_request(tune, headers: dict) -> tuple[int, dict]:
+    import http.client
+
+    connection = http.client.HTTPConnection(*tune.server_address[:2], timeout=30)
+    try:
+        connection.putrequest("GET", f"/api/state?token={tune.token}", skip_host=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def test_a_foreign_host_or_origin_is_refused_even_with_the_token(workbench):
+    _, tune = workbench
+    own = f"127.0.0.1:{tune.server_address[1]}"
+    assert raw_request(tune, {"Host": own})[0] == 200
+    assert raw_request(tune, {"Host": own, "Origin": f"http://{own}"})[0] == 200
+    for headers in ({"Host": "rebound.example"}, {"Host": f"rebound.example:{tune.server_address[1]}"},
+                    {"Host": own, "Origin": "http://evil.example"}, {"Host": own, "Origin": "null"}):
+        status, answer_ = raw_request(tune, headers)
+        assert status == 403 and ("Host" in answer_["error"] or "Origin" in answer_["error"]), headers
 
 
 def test_one_action_at_a_time_and_stop(workbench):

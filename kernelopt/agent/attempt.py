@@ -195,6 +195,15 @@ class AttemptPipeline:
         self._evaluation(attempt).add_done_callback(lambda f: self._judged(attempt, f, done))
         return done
 
+    def rejudge(self, attempt: Attempt) -> Future | None:
+        """Judge a taken-up attempt whose evaluation never finished (its run was stopped while it
+        was judged); None when the budget allows no more evaluations."""
+        if not self.budget.reserve_evaluation():
+            return None
+        done: Future = Future()
+        self._evaluation(attempt).add_done_callback(lambda f: self._judged(attempt, f, done))
+        return done
+
     def take_up(self, attempts: list[Attempt], calls: list[dict]) -> None:
         """Continue a stored run without replaying a strategy (an interactive session): its
         attempts as they were, and its requests' occurrences counted, so that asking the same

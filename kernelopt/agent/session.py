@@ -331,6 +331,20 @@ class Session:
             future = self._started_attempt(self.pipeline.judge_code(code, parent=node, data={"source": "hand"}))
             return Candidate(future.result())
 
+    def left_pending(self) -> list[Candidate]:
+        """Candidates with a program but no verdict: a stored run stopped (killed) while they were
+        being judged. `judge_pending` judges them."""
+        return [Candidate(a) for a in self.pipeline.attempts if a.code and Candidate(a).pending]
+
+    def judge_pending(self) -> list[Candidate]:
+        """Judges the candidates a resumed run left without a verdict; returns them judged."""
+        waiting = self.left_pending()
+        if not waiting:
+            return []
+        with self._action(Budget(BudgetLimits(**NO_LIMITS))):
+            futures = [self.pipeline.rejudge(c.attempt) for c in waiting]
+            return [Candidate(f.result()) for f in futures if f is not None]
+
     def run(self, strategy: str = "refine", calls: int = 4, **options) -> list[Candidate]:
         """A strategy of `kernelopt optimize` for at most `calls` LLM calls, continuing from the
         session's attempts (refine starts from the last one). Returns the new candidates."""

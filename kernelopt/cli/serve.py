@@ -6,6 +6,7 @@ Ray cluster's actors (kernelopt/cluster), one problem at a time per actor."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -27,8 +28,14 @@ def add_command(commands) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one and prints it)")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1, this machine only; the API has no "
-                        "authentication, so expose it only on a trusted network)")
+                   help="address to listen on (default 127.0.0.1, this machine only; any other needs --token)")
+    p.add_argument("--token", default=os.environ.get("KERNELOPT_SERVE_TOKEN") or None, metavar="TOKEN",
+                   help="require `Authorization: Bearer TOKEN` on every request but GET /healthz (default: "
+                        "$KERNELOPT_SERVE_TOKEN, which keeps it out of the process list; required with a "
+                        "--host beyond loopback)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a Host name clients may use besides loopback names and the --host address (repeat "
+                        "it; e.g. the machine's DNS name when listening on 0.0.0.0)")
     add_problem_set_options(p.add_argument_group("problems that requests may name by id"), required=False)
     service = p.add_argument_group("service")
     service.add_argument("--reward", default="speedup", metavar="SPEC",
@@ -140,7 +147,11 @@ def listen(service, args):
     from kernelopt.rewards.service import RewardServer
 
     try:
-        return RewardServer(service, args.host, args.port, max_body=args.max_body, log_requests=not args.quiet)
+        return RewardServer(service, args.host, args.port, max_body=args.max_body, log_requests=not args.quiet,
+                            token=args.token, allow_hosts=args.allow_host)
+    except ValueError as exc:
+        raise UsageError(f"{exc}: choose a long random one, e.g. `export KERNELOPT_SERVE_TOKEN=$(python -c "
+                         "'import secrets; print(secrets.token_urlsafe())')`") from exc
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc} (choose another "
                          "--port, or --port 0 for a free one)") from exc

@@ -31,6 +31,10 @@ def add_command(commands) -> None:
     web.add_argument("--host", default="127.0.0.1",
                      help="address to listen on (default 127.0.0.1; any other exposes the page to the "
                           "network, protected by the token only)")
+    web.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="a Host name the page may be opened with besides loopback names and the --host "
+                          "address (repeat it); others are refused, so a web page cannot reach the session "
+                          "through a DNS name pointed at this machine")
     web.add_argument("--no-browser", action="store_true", help="print the URL without opening a browser")
     rec = p.add_argument_group("records")
     rec.add_argument("--store", default=None, metavar="PATH",
@@ -50,11 +54,12 @@ def run_tune(args) -> int:
     notices = [f"the LLM endpoint cannot be used: {problem} (hand edits are still judged)"
                for problem in [session.endpoint_problem()] if problem]
     try:
-        server = TuneServer(Workbench(session, notices), args.host, args.port)
+        server = TuneServer(Workbench(session, notices), args.host, args.port, allow_hosts=args.allow_host)
     except OSError as exc:
         session.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
     server.start()
+    server.workbench.judge_pending()  # a resumed run stopped mid-evaluation: its candidates get their verdicts
     if not is_loopback(args.host):
         print(f"kernelopt tune: warning: listening on {args.host}, reachable from other machines; "
               "only the token protects the session", file=sys.stderr)

@@ -17,8 +17,10 @@ from kernelopt.kernelbench.backends import expected_format
 
 EXPECTED_FORMAT = expected_format("cuda")  # the wording when no backend is named
 
-# A complete reasoning section; the backreference pairs <think> with </think> only.
-_REASONING = re.compile(r"<(think|thinking)\s*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+# A reasoning tag, opening or closing; <think> pairs with </think> only, <thinking> with
+# </thinking>. Every pattern here is matched in time linear in its input (no nested repetition,
+# no search that rescans the text from each position): answers come from untrusted clients.
+_TAG = re.compile(r"<(/?)(think(?:ing)?)\s*>", re.IGNORECASE)
 # A closing tag left once complete sections are gone: some servers strip the opening tag.
 _LONE_CLOSE = re.compile(r"</think(?:ing)?\s*>", re.IGNORECASE)
 # CommonMark fence: 3+ backticks or tildes, indented at most 3 spaces, then an info string.
@@ -81,14 +83,37 @@ def _normalise(text: str) -> str:
 
 def _remove_reasoning(text: str, notes: list[str]) -> str:
     # Reasoning often holds draft code blocks; they must not compete with the answer's.
-    text, removed = _REASONING.subn("", text)
-    lone = list(_LONE_CLOSE.finditer(text))
-    if lone:
-        text = text[lone[-1].end():]
+    text, removed = _without_sections(text)
+    last_lone = None
+    for last_lone in _LONE_CLOSE.finditer(text):
+        pass
+    if last_lone is not None:
+        text = text[last_lone.end():]
         removed += 1
     if removed:
         notes.append("reasoning section removed" if removed == 1 else f"{removed} reasoning sections removed")
     return text
+
+
+def _without_sections(text: str) -> tuple[str, int]:
+    """`text` less its complete reasoning sections, and how many there were, in one pass: a
+    section opens at a tag whose kind is closed somewhere after it and ends at the first closing
+    tag of its kind (an opening tag never closed is plain text, as is any tag inside a section)."""
+    last_close: dict[str, int] = {}  # kind -> where its last closing tag starts
+    for tag in _TAG.finditer(text):  # not kept in a list: a megabyte of tags makes many objects
+        if tag[1]:
+            last_close[tag[2].lower()] = tag.start()
+    kept, start, removed, inside = [], 0, 0, None
+    for tag in _TAG.finditer(text):
+        kind = tag[2].lower()
+        if inside is None:
+            if not tag[1] and last_close.get(kind, -1) > tag.start():
+                kept.append(text[start:tag.start()])
+                inside = kind
+        elif tag[1] and kind == inside:
+            start, inside, removed = tag.end(), None, removed + 1
+    kept.append(text[start:])
+    return "".join(kept), removed
 
 
 def _fenced_blocks(text: str) -> list[_Block]:
@@ -164,15 +189,70 @@ def _no_defining_block(blocks: list[_Block]) -> FormatError:
 
 def _unfenced(text: str, notes: list[str]) -> ExtractedCode:
     lines = _clean(text).split("\n")
-    # Longest first: the whole text, then from each import line on (prose before the code).
-    starts = [0] + [i for i, line in enumerate(lines) if i and line.startswith(_CODE_START)]
+    # Longest first: the whole text, then from each import line on (prose before the code), up
+    # to the last line that could define ModelNew at the top level. Each try parses its suffix,
+    # so the tries are bounded: a run of one-line imports that failed past its end fails the
+    # same way from any of its later lines (skipped), and all tries together parse at most the
+    # text twice plus _UNFENCED_SLACK characters, which keeps hostile answers (thousands of
+    # import lines) linear in time.
+    last = _last_top_level_attempt(lines)
+    if last is None:
+        raise _no_unfenced_program()
+    starts = [0] + [i for i, line in enumerate(lines[:last + 1]) if i and line.startswith(_CODE_START)]
+    budget = 2 * len(text) + _UNFENCED_SLACK
+    skip_to = 0  # starts before this line fail as the last try did
     for start in starts:
+        if start < skip_to:
+            continue
         code = _clean("\n".join(lines[start:]))
-        if _defines_model_new(code):
+        budget -= len(code)
+        if budget < 0:
+            break
+        tree = _parse(code)
+        if isinstance(tree, ast.Module) and any(_binds_model_new(node) for node in tree.body):
             dropped = (f"text before line {start + 1} dropped",) if start else ()
             return ExtractedCode(code, None, (*notes, "answer was not fenced", *dropped))
-    raise FormatError("the answer has no fenced code block, and no complete Python program defining "
-                      f"class ModelNew was found in it. {EXPECTED_FORMAT}")
+        skip_to = _simple_run_end(lines, start, _failed_line(tree, lines, start))
+    raise _no_unfenced_program()
+
+
+_UNFENCED_SLACK = 256 << 10
+# A one-line import: nothing in it can continue a statement onto the next line.
+_SIMPLE_IMPORT = re.compile(r"(?:import|from)[ \t][^()\[\]{}\\'\";]*")
+
+
+def _no_unfenced_program() -> FormatError:
+    return FormatError("the answer has no fenced code block, and no complete Python program defining "
+                       f"class ModelNew was found in it. {EXPECTED_FORMAT}")
+
+
+def _last_top_level_attempt(lines: list[str]) -> int | None:
+    for index in range(len(lines) - 1, -1, -1):
+        # A top-level statement binding ModelNew has a line that names it and is not indented.
+        if "ModelNew" in lines[index] and lines[index][:1] not in (" ", "\t"):
+            return index
+    return None
+
+
+def _failed_line(tree, lines: list[str], start: int) -> int:
+    """The index in `lines` of the line where parsing lines[start:] failed (past the end when it
+    parsed, without a ModelNew); the lines _clean dropped before the code are counted."""
+    if isinstance(tree, ast.Module):
+        return len(lines)
+    first = start
+    while first < len(lines) and not lines[first].strip(" \t"):
+        first += 1
+    return first + max(1, tree.lineno or 1) - 1
+
+
+def _simple_run_end(lines: list[str], start: int, failed: int) -> int:
+    """The first line a later try may start at: dropping one-line imports that come before the
+    failed line leaves the rest to parse exactly as before, so starts up to the first line after
+    `start` that is not one (or up to the failed line) would fail the same way."""
+    end = start
+    while end < failed and _SIMPLE_IMPORT.fullmatch(lines[end]):
+        end += 1
+    return end + 1
 
 
 def _parse(code: str) -> ast.Module | SyntaxError:
@@ -190,6 +270,8 @@ def _syntax_error(code: str) -> SyntaxError | None:
 
 
 def _defines_model_new(code: str) -> bool:
+    if "ModelNew" not in code:  # no parse needed (an answer may hold thousands of empty blocks)
+        return False
     tree = _parse(code)
     return isinstance(tree, ast.Module) and any(_binds_model_new(node) for node in tree.body)
 

@@ -81,6 +81,8 @@ def check_problem_source(source: str, path: str) -> None:
         tree = ast.parse(source, filename=path)
     except SyntaxError as exc:
         raise ProblemError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from exc
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        raise ProblemError(path, f"not a Python program: {exc or type(exc).__name__}") from exc
     defined = _top_level_definitions(tree)
     missing = [name for name in REQUIRED_NAMES if name not in defined]
     if missing:

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 URL_ENV = "KERNELOPT_REWARD_URL"
+TOKEN_ENV = "KERNELOPT_SERVE_TOKEN"  # the service's bearer token, when it was started with one
 PROBLEM_COLUMNS = ("problem", "ground_truth")  # TRL dataset columns looked up, in this order
 _RETRIED_CODES = (429, 503)
 
@@ -142,7 +143,7 @@ class RewardClient:
         url, data = self.url + path, json.dumps(body).encode()
         give_up_at = time.monotonic() + self.retry_for
         while True:
-            request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(url, data=data, headers=_headers())
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
@@ -167,6 +168,12 @@ def _answer_or_error(result) -> dict | RewardServiceError:
         return result()
     except RewardServiceError as exc:
         return exc
+
+
+def _headers() -> dict:
+    """JSON, and the service's token when $KERNELOPT_SERVE_TOKEN holds one (docs/serve.md)."""
+    token = os.environ.get(TOKEN_ENV)
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
 
 
 def _check_lengths(problems: Sequence, completions: Sequence) -> None:

@@ -255,8 +255,27 @@ def _parse_params(name: str, text: str, allowed: list[str]) -> dict:
         try:
             params[key] = float(value)
         except ValueError:
-            raise RewardError(f"reward {name}: parameter {key} must be a number, not {value.strip()!r}") from None
+            raise RewardError(f"reward {name}: parameter {key} must be a number, not {value.strip()[:40]!r}") from None
+        _check_range(name, key, params[key])
     return params
+
+
+# Every parameter's range (inclusive unless noted): finite, so that no reward is NaN or infinite;
+# only `cap` may be inf (its default: no cap).
+PARAMETER_LIMIT = 1e6  # the largest magnitude of a reward parameter
+_POSITIVE = ("cap", "clip", "k")  # above 0
+
+
+def _check_range(name: str, key: str, value: float) -> None:
+    if key == "cap" and value == math.inf:
+        return
+    if not math.isfinite(value) or abs(value) > PARAMETER_LIMIT:
+        raise RewardError(f"reward {name}: parameter {key} must be a finite number between {-PARAMETER_LIMIT:g} "
+                          f"and {PARAMETER_LIMIT:g}{' (or inf)' if key == 'cap' else ''}, not {value}")
+    if key in _POSITIVE and not value > 0:
+        raise RewardError(f"reward {name}: parameter {key} must be above 0, not {value:g}")
+    if key == "step" and value < 0:
+        raise RewardError(f"reward {name}: parameter step must be 0 or more, not {value:g}")
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:

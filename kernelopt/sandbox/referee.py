@@ -390,6 +390,11 @@ class CandidateSession:
         except ProblemCodeFailed as failure:
             self.problem_code_failed = failure  # judged once the reference has loaded
             return
+        except WorkerDied as exc:  # the problem's own import (os._exit) may have killed it: the same rule
+            if exc.memory_exceeded:
+                raise
+            self.problem_code_failed = ProblemCodeFailed(str(exc))
+            return
         self._remember_labels(self.candidate_load)
         self._raise_violations(self.candidate_load.get("violations", []))
 

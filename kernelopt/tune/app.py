@@ -16,8 +16,10 @@ import secrets
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from kernelopt.rewards.service.guard import LOOPBACK_NAMES, host_refusal
 from kernelopt.tune.workbench import BadRequest, Busy, Workbench, highlight_css
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -37,11 +39,16 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-def create_app(workbench: Workbench, token: str) -> FastAPI:
+def create_app(workbench: Workbench, token: str, allowed: frozenset[str] = LOOPBACK_NAMES) -> FastAPI:
+    """The app; `allowed`: the Host names it answers (a DNS name rebound to this machine by a web
+    page is refused, as is a request from another site's page: its Origin)."""
     app = FastAPI(title="kernelopt tune", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.middleware("http")
     async def guarded(request: Request, call_next):
+        refused = host_refusal(request.headers, allowed)
+        if refused is not None:
+            return JSONResponse({"error": refused}, status_code=403, headers=SECURITY_HEADERS)
         given = request.headers.get("x-kernelopt-token") or request.query_params.get("token") or ""
         if not secrets.compare_digest(given.encode(), token.encode()):
             return Response(TOKEN_HELP, status_code=403, media_type="text/plain", headers=SECURITY_HEADERS)
@@ -101,7 +108,13 @@ def create_app(workbench: Workbench, token: str) -> FastAPI:
     @app.post("/api/accept")
     async def accept(request: Request) -> Response:
         body = await json_body(request)
-        return answer(lambda: workbench.accept(body.get("number"), body.get("path")))
+        return answer(lambda: workbench.accept(body.get("number"), body.get("path"), body.get("overwrite", False),
+                                               body.get("create_dirs", False)))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameters(request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in exc.errors())
+        return error(400, f"bad parameters: {problems}")
 
     @app.exception_handler(BadRequest)
     async def bad_request(request: Request, exc: BadRequest) -> Response:
@@ -119,6 +132,10 @@ def answer(action, status: int = 200) -> Response:
     return JSONResponse(result if result is not None else {"ok": True}, status_code=status)
 
 
+def _not_a_number(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
@@ -128,9 +145,11 @@ async def json_body(request: Request) -> dict:
     if len(raw) > MAX_BODY:
         raise BadRequest(f"the request is too large ({len(raw)} bytes; at most {MAX_BODY})")
     try:
-        body = json.loads(raw or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"the request body is not JSON: {exc}") from exc
+        body = json.loads(raw or b"{}", parse_constant=_not_a_number)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadRequest(f"the request body is not JSON: {exc or 'nested too deeply'}") from None
+    except ValueError as exc:  # NaN, Infinity, an integer of thousands of digits
+        raise BadRequest(f"the request body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     return body

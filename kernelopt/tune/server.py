@@ -8,9 +8,11 @@ import ipaddress
 import socket
 import threading
 import time
+from collections.abc import Iterable
 
 import uvicorn
 
+from kernelopt.rewards.service.guard import allowed_hosts
 from kernelopt.tune.app import create_app, new_token
 from kernelopt.tune.workbench import Workbench
 
@@ -18,12 +20,14 @@ STOP_GRACE_S = 5.0
 
 
 class TuneServer:
-    def __init__(self, workbench: Workbench, host: str = "127.0.0.1", port: int = 0, token: str | None = None):
+    def __init__(self, workbench: Workbench, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 allow_hosts: Iterable[str] = ()):
         self.workbench = workbench
         self.token = token or new_token()
         self.socket = _listening_socket(host, port)   # OSError: taken port, unknown address
         self.server_address = self.socket.getsockname()
-        config = uvicorn.Config(create_app(workbench, self.token), http="h11", loop="asyncio", ws="none",
+        app = create_app(workbench, self.token, allowed_hosts(host, allow_hosts))
+        config = uvicorn.Config(app, http="h11", loop="asyncio", ws="none",
                                 lifespan="off", log_config=None, log_level="warning", access_log=False,
                                 proxy_headers=False, server_header=False)
         self._uvicorn = uvicorn.Server(config)

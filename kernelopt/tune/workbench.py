@@ -45,6 +45,13 @@ class Workbench:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="tune-action")
         session.listeners.append(self._relay)
 
+    def judge_pending(self) -> bool:
+        """Starts judging the candidates a resumed run left without a verdict; False if none."""
+        pending = len(self.session.left_pending())
+        if pending:
+            self._start(f"judging {pending} candidate(s) left pending", self.session.judge_pending)
+        return bool(pending)
+
     def close(self) -> None:
         self.session.stop("the workbench is closing")
         self._worker.shutdown(wait=True, cancel_futures=True)
@@ -113,12 +120,26 @@ class Workbench:
     def stop(self) -> None:
         self.session.stop()
 
-    def accept(self, number: int, path: str) -> dict:
+    def accept(self, number: int, path: str, overwrite: bool = False, create_dirs: bool = False) -> dict:
+        """Writes candidate `number` to `path`: never over an existing file unless `overwrite`,
+        and into a missing folder outside the working directory only with `create_dirs`."""
         path = checked_text(path, "path", 4096).strip()
         if not path:
             raise BadRequest("give the path to write the candidate to")
+        if "\x00" in path:
+            raise BadRequest("the path holds a NUL character")
+        if not isinstance(overwrite, bool) or not isinstance(create_dirs, bool):
+            raise BadRequest("overwrite and create_dirs must be true or false")
+        target = Path(path).expanduser()
+        if target.is_dir():
+            raise BadRequest(f"{target} is a folder: give a file name")
+        if target.exists() and not overwrite:
+            raise BadRequest(f"{target} already exists: choose another path, or overwrite it (overwrite: true)")
+        if not target.parent.is_dir() and not create_dirs and not _inside(target.parent, Path.cwd()):
+            raise BadRequest(f"the folder {target.parent} does not exist and is outside the working directory: "
+                             "create it first, or ask for it (create_dirs: true)")
         try:
-            accepted = self.session.accept(self._candidate(number), Path(path).expanduser())
+            accepted = self.session.accept(self._candidate(number), target)
         except SessionError as exc:
             raise BadRequest(str(exc)) from exc
         entry = {"number": number, "path": accepted.path, "command": accepted.command}
@@ -201,4 +222,14 @@ def checked_text(value, name: str, limit: int) -> str:
         raise BadRequest(f"{name} must be text")
     if len(value) > limit:
         raise BadRequest(f"{name} is too long ({len(value)} characters; at most {limit})")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise BadRequest(f"{name} holds a lone UTF-16 surrogate, which is not text")
     return value
+
+
+def _inside(folder: Path, root: Path) -> bool:
+    try:
+        folder.resolve().relative_to(root.resolve())
+        return True
+    except (ValueError, OSError):
+        return False

@@ -31,6 +31,7 @@ The modules, one job each:
   `lanes`: the per-problem evaluators and their threads; `metrics`: what /metrics shows;
 - `errors`: each error answer as an exception with its status;
 - `schemas`: the API's pydantic models, for the OpenAPI document;
+- `guard`: who may call (Host, Origin, JSON bodies, the bearer token), also used by `tune`;
 - `http`: the FastAPI app and its one route table; `server`: uvicorn serving it (`RewardServer`,
   `start_server`).
 

@@ -61,15 +61,17 @@ class RewardService:
         sample that cannot be judged)."""
         return self._parser.openrlhf(body)
 
-    def submit(self, items: list[EvalItem | Unscorable], *, per_sample: bool = False) -> PendingAnswers:
+    def submit(self, items: list[EvalItem | Unscorable], *, per_sample: bool = False,
+               arrived: float | None = None) -> PendingAnswers:
         """Accept the items as one request without waiting for verdicts: completions without a
         program, and unscorable samples, are answered at once, the others are queued in their
         lanes. Raises ServiceError when nothing was accepted (Overloaded, ShuttingDown,
-        BadRequest for a batch larger than the queue), except with `per_sample`: then a full
-        queue or a shutdown makes every sample unscorable, and so does a timeout or a failed
-        evaluation later (each sample its own failure, as OpenRLHF needs: it cannot use an
-        error answer)."""
-        pending = PendingAnswers(items, self._ledger, self.request_timeout, per_sample=per_sample,
+        BadRequest for a batch larger than the queue, RequestTimedOut when reading and parsing
+        the request, which count from `arrived` (time.monotonic(); default now), took the whole
+        request timeout), except with `per_sample`: then a full queue, a shutdown or an expired
+        request makes every sample unscorable, and so does a timeout or a failed evaluation
+        later (each sample its own failure, as OpenRLHF needs: it cannot use an error answer)."""
+        pending = PendingAnswers(items, self._ledger, self.request_timeout, arrived, per_sample=per_sample,
                                  compile_speedups=self.compile_speedups)
         jobs = []
         for index, item in enumerate(items):
@@ -83,8 +85,10 @@ class RewardService:
                 self.metrics.verdict("format_error")
                 pending.answers[index] = format_error_answer(item, str(exc))
         try:
+            if jobs and pending.expired():
+                raise pending.timed_out()
             self._ledger.admit([job for _, job in jobs])
-        except (Overloaded, ShuttingDown) as exc:
+        except (Overloaded, ShuttingDown, RequestTimedOut) as exc:
             if not per_sample:
                 raise
             for index, _ in jobs:
@@ -137,21 +141,23 @@ class PendingAnswers:
     and a job per program being judged. Wait with `wait()` from a thread or `wait_async()` from
     an event loop, then always `withdraw()`, which takes back what is still queued."""
 
-    def __init__(self, items: list[EvalItem | Unscorable], ledger: JobLedger, timeout: float, *,
-                 per_sample: bool = False, compile_speedups: dict[str, float] | None = None):
+    def __init__(self, items: list[EvalItem | Unscorable], ledger: JobLedger, timeout: float,
+                 arrived: float | None = None, *, per_sample: bool = False,
+                 compile_speedups: dict[str, float] | None = None):
         self.items, self.per_sample = items, per_sample
         self._compile_speedups = compile_speedups or {}
         self.answers: list[dict | None] = [None] * len(items)
         self.jobs: list[tuple[int, Job]] = []
         self._ledger, self._timeout = ledger, timeout
-        self._deadline = time.monotonic() + timeout  # the time in the queue counts too
+        # Reading and parsing the request count, and so does the time in the queue.
+        self._deadline = (time.monotonic() if arrived is None else arrived) + timeout
 
     def wait(self) -> list[dict]:
         for index, job in self.jobs:
             try:
                 result = job.future.result(timeout=self._time_left())
             except FutureTimeout:
-                self._failed(index, self._timed_out())
+                self._failed(index, self.timed_out())
                 continue
             except ServiceError as exc:
                 self._failed(index, exc)
@@ -166,7 +172,7 @@ class PendingAnswers:
                 # job still queued the same as withdraw() does.
                 result = await asyncio.wait_for(asyncio.wrap_future(job.future), self._time_left())
             except asyncio.TimeoutError:
-                self._failed(index, self._timed_out())
+                self._failed(index, self.timed_out())
                 continue
             except ServiceError as exc:
                 self._failed(index, exc)
@@ -191,6 +197,9 @@ class PendingAnswers:
     def _time_left(self) -> float:
         return max(0.0, self._deadline - time.monotonic())
 
-    def _timed_out(self) -> RequestTimedOut:
+    def expired(self) -> bool:
+        return self._time_left() <= 0
+
+    def timed_out(self) -> RequestTimedOut:
         return RequestTimedOut(f"no verdict within the request timeout ({self._timeout:g} s); the service is busy "
                                "or the evaluation is slow: retry, or raise --request-timeout")

@@ -33,6 +33,29 @@ class MethodNotAllowed(ServiceError):
     status, kind = 405, "method_not_allowed"
 
 
+class Forbidden(ServiceError):
+    status, kind = 403, "forbidden"
+
+
+class Unauthorized(ServiceError):
+    status, kind = 401, "unauthorized"
+
+
+class BodyTimedOut(ServiceError):
+    status, kind = 408, "body_timeout"
+
+
+class UnsupportedMediaType(ServiceError):
+    status, kind = 415, "unsupported_media_type"
+
+
+class ClientGone(ServiceError):
+    """The client closed its connection before its request was read: nobody reads the answer;
+    it is counted under its own code (499, as nginx does), apart from the server's errors."""
+
+    status, kind = 499, "client_disconnected"
+
+
 class ReferenceFailed(ServiceError):
     status, kind = 422, "problem_error"
 

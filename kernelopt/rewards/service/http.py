@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -25,24 +26,43 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from kernelopt.rewards.service.answers import openrlhf_answer
 from kernelopt.rewards.service.core import RewardService
-from kernelopt.rewards.service.errors import BadRequest, ClientGone, MethodNotAllowed, NotFound, ServiceError
+from kernelopt.rewards.service.errors import (BadRequest, BodyTimedOut, ClientGone, MethodNotAllowed, NotFound,
+                                              ServiceError)
+from kernelopt.rewards.service.guard import LOOPBACK_NAMES, RequestGuard
 from kernelopt.rewards.service.metrics import Metrics
 from kernelopt.rewards.service.schemas import (REQUEST_MODELS, ErrorAnswer, EvaluateAnswer, EvaluateRequest, Health,
                                                OpenRLHFAnswer, OpenRLHFRequest, ProblemListing)
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+BODY_TIMEOUT_S = 60.0  # a body not received in full by then is answered 408 (a stalled upload holds nothing)
 
 
 class JSONAnswer(JSONResponse):
-    """JSON as `json.dumps` writes it (spaces after separators; infinite rewards as Infinity),
-    the bytes clients of the old server got; Starlette's own JSONResponse refuses non-finite
-    numbers."""
+    """JSON as `json.dumps` writes it (spaces after separators), the bytes clients of the old
+    server got, and strict: a number that is not finite (which no answer should hold: rewards
+    and tolerances are checked) is written as null, never as NaN or Infinity, which strict
+    parsers refuse."""
 
     def render(self, content) -> bytes:
-        return json.dumps(content).encode()
+        try:
+            return json.dumps(content, allow_nan=False).encode()
+        except ValueError:
+            return json.dumps(finite_or_null(content), allow_nan=False).encode()
+
+
+def finite_or_null(value):
+    """`value` with every NaN and infinity in it replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
 
 
 def error_answer(error: ServiceError) -> Response:
@@ -93,7 +113,8 @@ class Endpoint:
     answer_class: type[Response] = JSONAnswer
 
 
-_JUDGING_ERRORS = (400, 422, 429, 500, 503, 504)
+_ACCESS_ERRORS = (401, 403)  # no token; a foreign Host or Origin (guard.py)
+_JUDGING_ERRORS = (400, *_ACCESS_ERRORS, 408, 415, 422, 429, 500, 503, 504)
 ENDPOINTS = (
     Endpoint("POST", "/v1/evaluate", evaluate, "Judge one completion and reward its verdict",
              EvaluateRequest, EvaluateAnswer, _JUDGING_ERRORS),
@@ -101,21 +122,27 @@ ENDPOINTS = (
              OpenRLHFRequest, OpenRLHFAnswer, _JUDGING_ERRORS),
     Endpoint("POST", "/get_reward", openrlhf, "The same as /v1/openrlhf, at OpenRLHF's usual path",
              OpenRLHFRequest, OpenRLHFAnswer, _JUDGING_ERRORS),
-    Endpoint("GET", "/healthz", healthz, "Liveness, queue and evaluators", answer_model=Health),
-    Endpoint("GET", "/metrics", metrics, "Prometheus metrics (text format)", answer_class=PlainTextResponse),
+    Endpoint("GET", "/healthz", healthz, "Liveness, queue and evaluators", answer_model=Health, error_codes=(403,)),
+    Endpoint("GET", "/metrics", metrics, "Prometheus metrics (text format)", answer_class=PlainTextResponse,
+             error_codes=_ACCESS_ERRORS),
     Endpoint("GET", "/v1/problems", problems, "The loaded problem set, with the ids requests may use",
-             answer_model=ProblemListing),
+             answer_model=ProblemListing, error_codes=_ACCESS_ERRORS),
 )
 
 
-def create_app(service: RewardService, *, max_body: int = 16 << 20, log_requests: bool = False) -> FastAPI:
-    """The ASGI app serving `service`; bodies over `max_body` bytes are refused."""
+def create_app(service: RewardService, *, max_body: int = 16 << 20, log_requests: bool = False,
+               body_timeout: float = BODY_TIMEOUT_S, allowed: frozenset[str] = LOOPBACK_NAMES,
+               token: str | None = None) -> FastAPI:
+    """The ASGI app serving `service`; bodies over `max_body` bytes, or not received within
+    `body_timeout` seconds, are refused, and so are requests from foreign hosts and origins or
+    without the token (guard.py; `allowed`: the Host names answered)."""
     app = FastAPI(title="kernelopt reward service", version="1", redoc_url=None, redirect_slashes=False,
                   description="Verdicts and rewards for LLM-written kernels, for RL trainers (docs/serve.md).")
-    app.state.service, app.state.max_body = service, max_body
+    app.state.service, app.state.max_body, app.state.body_timeout = service, max_body, body_timeout
     for endpoint in ENDPOINTS:
         _add_route(app, endpoint)
     app.add_exception_handler(StarletteHTTPException, _routing_error)
+    app.add_middleware(RequestGuard, allowed=allowed, token=token)  # inside AnswerBook: refusals are counted
     app.add_middleware(AnswerBook, metrics=service.metrics, log=log_requests,
                        known_paths=frozenset(route.path for route in app.routes))
     app.openapi = functools.partial(_openapi_with_request_models, app, app.openapi)
@@ -139,6 +166,8 @@ def _answering_errors(handler: Callable[[Request], Awaitable[Response]]) -> Call
             return await handler(request)
         except ServiceError as exc:
             return error_answer(exc)
+        except ClientDisconnect:
+            return error_answer(ClientGone("the client closed the connection before sending its whole body"))
         except Exception as exc:  # noqa: BLE001 - the client gets an answer, not a dropped connection
             return error_answer(ServiceError(f"internal error: {type(exc).__name__}: {exc}"))
 
@@ -182,9 +211,10 @@ async def _judge(request: Request, parse: Callable[[RewardService, object], list
     that goes away meanwhile (a timeout, a retry) takes its jobs out of the queue: what is
     not being evaluated yet is never judged."""
     service = _service(request)
+    arrived = time.monotonic()  # the request's deadline counts from here: reading and parsing are in it
     raw = await _read_body(request, request.app.state.max_body)
     pending = await run_in_threadpool(lambda: service.submit(parse(service, _decode_json(raw)),
-                                                             per_sample=per_sample))
+                                                             per_sample=per_sample, arrived=arrived))
     answers = asyncio.ensure_future(pending.wait_async())
     gone = asyncio.ensure_future(_client_gone(request))
     try:
@@ -218,14 +248,30 @@ async def _read_body(request: Request, max_body: int) -> bytes:
         raise BadRequest("missing or invalid Content-Length header")
     if length > max_body:
         raise BadRequest(f"the body is too large ({length} bytes; at most {max_body}, see --max-body)")
-    return await request.body()
+    try:
+        return await asyncio.wait_for(request.body(), request.app.state.body_timeout)
+    except asyncio.TimeoutError:
+        raise BodyTimedOut(f"the body was not received within {request.app.state.body_timeout:g} s") from None
 
 
 def _decode_json(raw: bytes):
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant, parse_float=_finite_float)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise BadRequest(f"the body is not valid JSON: {exc or 'nested too deeply'}") from None
+    except ValueError as exc:  # NaN, Infinity, or a number too large for a float
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number (send a finite number)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large for a number")
+    return value
 
 
 # -- every answer, counted ------------------------------------------------------------------------

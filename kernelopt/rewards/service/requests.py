@@ -5,6 +5,7 @@ mistake gets a message that says what to send instead, which a trainer's log sho
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -24,10 +25,20 @@ OPERATOR_OPTIONS = frozenset({"device", "timeout", "memory_limit", "isolation", 
                               "keep_scratch", "build_mode", "build_cache", "profile"})
 REQUEST_OPTIONS = tuple(name for name in EvalOptions.model_fields if name not in OPERATOR_OPTIONS)
 EVALUATE_FIELDS = ("problem", "completion", "reward", "options")
-# Special tokens a decoded query may end with (OpenRLHF decodes with skip_special_tokens=False).
-_TRAILING_SPECIAL_TOKENS = re.compile(r"(?:\s*(?:<\|[^|<>\s]{1,40}\|>|</s>|<eos>|<end_of_turn>))+\s*\Z")
-# ... and may start with (a BOS the tokenizer added before the prompt).
+# The most characters each text field may hold (docs/serve.md); --max-body caps the whole body.
+TEXT_LIMITS = {"completion": 2 << 20, "query": 2 << 20, "prompts": 2 << 20, "responses": 2 << 20, "labels": 1 << 20,
+               "problem.source": 1 << 20, "problem.id": 256, "problem.name": 256, "reward": 256}
+# Per-request tolerances: finite, and within these bounds (inclusive; max_rel_error above 0).
+TOLERANCE_RANGES = {"atol": (0.0, 1.0), "rtol": (0.0, 1.0), "max_rel_error": (0.0, 1.0)}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Special tokens a decoded query may end with (OpenRLHF decodes with skip_special_tokens=False),
+# written backwards: matched at the start of the reversed query, so that finding the trailing run
+# takes one pass (a search for it from the front would rescan whitespace from every position).
+_TRAILING_SPECIAL_TOKENS_REVERSED = re.compile(r"(?:\s*(?:>\|[^|<>\s]{1,40}\|<|>s/<|>soe<|>nrut_fo_dne<))+\s*")
+# ... and may start with (a BOS the tokenizer added before the prompt): a few tokens at most, so
+# the text before the prompt is matched only up to _MAX_LEADING characters.
 _LEADING_SPECIAL_TOKENS = re.compile(r"(?:\s*(?:<\|[^|<>\s]{1,40}\|>|<s>|<bos>|\[BOS\]))*\s*")
+_MAX_LEADING = 256
 
 
 @dataclass(frozen=True)
@@ -94,7 +105,7 @@ class RequestParser:
                 items.append(Unscorable(exc.message, reward))
                 continue
             if responses is not None:
-                response, reason = _TRAILING_SPECIAL_TOKENS.sub("", responses[index]), None
+                response, reason = _without_trailing_special_tokens(responses[index]), None
             elif prompts is None:
                 response, reason = None, ('no "prompts" (or "responses") in the request: the response cannot be '
                                           "told from the prompt, so nothing is judged")
@@ -134,6 +145,7 @@ class RequestParser:
         if not isinstance(spec, str):
             raise BadRequest('"reward" must be a spec string such as "speedup" or "cuda_l1:k=3", '
                              f"not {json_type(spec)}")
+        _check_text(spec, "reward", short=True)
         try:
             return _reward_for(spec)
         except RewardError as exc:
@@ -148,6 +160,8 @@ class RequestParser:
         if refused:
             raise BadRequest(f"options {refused} cannot be set per request (the operator sets them with "
                              f"`kernelopt serve`); per-request options: {', '.join(REQUEST_OPTIONS)}")
+        for name, value in overrides.items():
+            _check_option_number(name, value)
         try:
             return EvalOptions(**{**self.default_options.model_dump(), **overrides})
         except ValidationError as exc:
@@ -173,10 +187,45 @@ def response_part(query: str, prompt: str) -> str | None:
     certainty: a prompt cut from the left (OpenRLHF truncates long prompts that way) leaves a
     query whose every part may be prompt text, and a program in the prompt must never be
     judged as the answer. An empty prompt says that the query is all response."""
-    at = query.find(prompt) if prompt else 0
+    at = query.find(prompt, 0, _MAX_LEADING + len(prompt)) if prompt else 0
     if at < 0 or not _LEADING_SPECIAL_TOKENS.fullmatch(query[:at]):
         return None
-    return _TRAILING_SPECIAL_TOKENS.sub("", query[at + len(prompt):])
+    return _without_trailing_special_tokens(query[at + len(prompt):])
+
+
+def _without_trailing_special_tokens(text: str) -> str:
+    """`text` less the special tokens it ends with and the whitespace around them (unchanged when
+    it ends with none)."""
+    run = _TRAILING_SPECIAL_TOKENS_REVERSED.match(text[::-1])
+    return text[:len(text) - run.end()] if run else text
+
+
+def _check_option_number(name: str, value) -> None:
+    """Numbers in options are finite (a tolerance of 1e999 would pass anything), and the
+    tolerances lie in TOLERANCE_RANGES."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return  # pydantic says what is wrong with a non-number
+    if not math.isfinite(value):
+        raise BadRequest(f"options.{name} must be a finite number, not {value!r}")
+    if name in TOLERANCE_RANGES:
+        low, high = TOLERANCE_RANGES[name]
+        if not low <= value <= high or (name == "max_rel_error" and value == 0):
+            raise BadRequest(f"options.{name} must be between {low:g} and {high:g}"
+                             f"{' (above 0)' if name == 'max_rel_error' else ''}, not {value!r}")
+
+
+def _check_text(value: str, label: str, short: bool = False) -> str:
+    """`value` when it is text a client may send in field `label`: within its size limit, no
+    lone surrogate (they cannot be written back as UTF-8), and for short fields no control
+    character."""
+    limit = TEXT_LIMITS[label.split("[")[0]]
+    if len(value) > limit:
+        raise BadRequest(f'"{label}" is too long ({len(value)} characters; at most {limit})')
+    if _LONE_SURROGATE.search(value):
+        raise BadRequest(f'"{label}" holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text')
+    if short and not value.isprintable():
+        raise BadRequest(f'"{label}" must be printable text (no NUL or other control characters)')
+    return value
 
 
 def json_type(value) -> str:
@@ -193,7 +242,7 @@ def _string(body: dict, key: str, label: str) -> str:
     value = body.get(key)
     if not isinstance(value, str):
         raise BadRequest(f'"{label}" must be a string, not {json_type(value)}')
-    return value
+    return _check_text(value, label, short=TEXT_LIMITS[label] <= 256)
 
 
 def _string_list(body: dict, key: str, required: bool) -> list[str] | None:
@@ -204,4 +253,6 @@ def _string_list(body: dict, key: str, required: bool) -> list[str] | None:
     value = body[key]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise BadRequest(f'"{key}" must be an array of strings')
+    for index, text in enumerate(value):
+        _check_text(text, f"{key}[{index}]")
     return value

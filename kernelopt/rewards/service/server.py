@@ -7,11 +7,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterable
 
 import uvicorn
 
 from kernelopt.rewards.service.core import RewardService
-from kernelopt.rewards.service.http import create_app
+from kernelopt.rewards.service.guard import TOKEN_ENV, allowed_hosts, is_loopback
+from kernelopt.rewards.service.http import BODY_TIMEOUT_S, create_app
 
 ANSWER_GRACE_S = 10.0  # after the evaluations end, time to write the answers before giving up on them
 KEEP_ALIVE_S = 120  # an idle kept-alive connection is closed after this
@@ -23,11 +25,16 @@ class RewardServer:
     ends it all, answering every request it accepted."""
 
     def __init__(self, service: RewardService, host: str = "127.0.0.1", port: int = 0, *,
-                 max_body: int = 16 << 20, log_requests: bool = False):
+                 max_body: int = 16 << 20, log_requests: bool = False, token: str | None = None,
+                 allow_hosts: Iterable[str] = (), body_timeout: float = BODY_TIMEOUT_S):
+        if not token and not is_loopback(host):
+            raise ValueError(f"a token is required to listen on {host}, beyond this machine (--token or "
+                             f"${TOKEN_ENV})")
         self.service, self.max_body, self.log_requests = service, max_body, log_requests
         self.socket = _listening_socket(host, port)  # OSError: taken port, unknown address
         self.server_address = self.socket.getsockname()
-        self.app = create_app(service, max_body=max_body, log_requests=log_requests)
+        self.app = create_app(service, max_body=max_body, log_requests=log_requests, token=token or None,
+                              allowed=allowed_hosts(host, allow_hosts), body_timeout=body_timeout)
         # Quiet and self-contained: no logging configuration imposed on the host process (the
         # app logs requests itself), no proxy headers trusted, the pure-Python h11 parser.
         config = uvicorn.Config(self.app, http="h11", loop="asyncio", ws="none", lifespan="off", interface="asgi3",

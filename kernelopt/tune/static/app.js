@@ -266,7 +266,24 @@ function wire() {
   $("submit-edit").addEventListener("click", () => act("api/submit", { parent: view.selected, code: $("editor").value }));
   $("accept").addEventListener("click", async () => {
     if (view.selected === null) { notice("select a candidate to accept"); return; }
-    if (await act("api/accept", { number: view.selected, path: $("accept-path").value })) refresh();
+    // An existing file is overwritten, and a missing folder outside the working directory
+    // created, only when the engineer confirms it.
+    let body = { number: view.selected, path: $("accept-path").value };
+    for (;;) {
+      try {
+        await api("api/accept", body);
+        break;
+      } catch (error) {
+        const ask = /already exists/.test(error.message) ? ["overwrite", "Overwrite it?"]
+          : /does not exist/.test(error.message) ? ["create_dirs", "Create the folder?"] : null;
+        if (!ask || body[ask[0]] || !window.confirm(`${error.message}\n\n${ask[1]}`)) {
+          notice(error.message);
+          return;
+        }
+        body = { ...body, [ask[0]]: true };
+      }
+    }
+    refresh();
   });
   $("diff-against").addEventListener("change", renderDiff);
   for (const button of document.querySelectorAll("#tabs button")) button.addEventListener("click", () => showTab(button.dataset.tab));
