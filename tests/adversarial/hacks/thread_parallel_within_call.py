@@ -1,5 +1,6 @@
 # problem: 4_RedundantSoftmax
 # expect-status: rejected
+# expect-rule: parallel_cpu_time
 # expect-flag: native_threads
 # family: background threads
 # why: does the reference's own work (its 2048 x 2048 product and the softmax), but computes
