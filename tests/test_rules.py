@@ -112,7 +112,7 @@ def test_the_module_prints_the_docs_table():
     out = subprocess.run([sys.executable, "-m", "kernelopt.sandbox.rules"], capture_output=True, text=True,
                          check=True, cwd=REPO).stdout
     assert out.strip() == rules.markdown_table()
-    assert f"| `wall_clock_gap` | rejected | timing_inconsistent |" in out
+    assert "| `wall_clock_gap` | rejected | timing_inconsistent |" in out
 
 
 def test_worker_failure_kinds_and_guard_findings_map_through_the_table():

@@ -37,12 +37,15 @@ class BuildServer:
     def serve(self, raw: object, deadline: float, scratch: Callable[[], Path]) -> dict:
         """A build request, answered from the cache or by a build (the `built` reply)."""
         rules.enforce(rules.unoffered_build(self.offered))
+        assert self.builds is not None and self.kernel_compiles is not None
         begin = time.monotonic()
-        service = self.kernel_compiles if nvrtc.is_request(raw) else self.builds  # CuPy's NVRTC, or load_inline
+        service: builds_module.BuildService | nvrtc.NvrtcService
         try:
-            if service is self.kernel_compiles:
+            if nvrtc.is_request(raw):  # CuPy's NVRTC, or load_inline
+                service = self.kernel_compiles
                 build = service.compile(nvrtc.parse_request(raw), self.device, deadline - 1.0)
             else:
+                service = self.builds
                 build = service.build(builds_module.parse_request(raw), self.device, deadline - 1.0)
         except ValueError as exc:
             return commands.built(False, error=str(exc))

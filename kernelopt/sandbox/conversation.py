@@ -31,8 +31,9 @@ class Conversation:
 
     def __init__(self, problem: Problem, deadline: float, serve_build: Callable[[object], dict]):
         self.problem, self.deadline, self.serve_build = problem, deadline, serve_build
-        self.candidate: WorkerProcess | None = None
-        self.reference: WorkerProcess | None = None
+        # Set by the session: the candidate's at startup, the reference's when it is judged.
+        self.candidate: WorkerProcess = None  # type: ignore[assignment]
+        self.reference: WorkerProcess = None  # type: ignore[assignment]
         self.labels: dict = {}
 
     # -- one message ----------------------------------------------------------------------
@@ -114,7 +115,7 @@ class Conversation:
         except ValidationError as exc:
             if worker is self.reference:
                 raise
-            rules.enforce(rules.invalid_run_reply(exc.errors() or ["invalid"]))
+            rules.enforce(rules.invalid_run_reply(list(exc.errors()) or ["invalid"]))
             raise
         rules.enforce(rules.run_mismatch(parsed, seeds))
         return parsed

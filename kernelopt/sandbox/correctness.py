@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import compare, rules
 from kernelopt.sandbox.conversation import Conversation
-from kernelopt.sandbox.process import WorkerDied, WorkerTimeout
+from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.records import CallRecord, InputSet, ReferenceTrials, RunReply, joined, with_calls
 from kernelopt.sandbox.results import Check, EvalOptions, TrialResult
 from kernelopt.sandbox.worker import commands
@@ -47,13 +47,15 @@ class TrialPhase:
     census: Callable[[], None]
     checks: list[Check]  # the evaluation's, appended to as they are made (a verdict keeps them)
     found: Correctness = field(default_factory=Correctness)
-    dependence: compare.InputDependence | None = None
+    dependence: compare.InputDependence = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dependence = compare.InputDependence(self.options)
 
 
 def check_correctness(phase: TrialPhase, findings: rules.Findings) -> Correctness:
     """Every trial, in groups that fit in memory; then the rules on what the trials showed."""
     found = phase.found
-    phase.dependence = compare.InputDependence(phase.options)
     fresh = None  # the reference's results, when they were not known: kept once all ran
     for group in trial_groups(phase):
         fresh = joined(fresh, run_trials(phase, group))
@@ -93,8 +95,9 @@ def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
     conversation, options, found = phase.conversation, phase.options, phase.found
     candidate, reference = conversation.candidate, conversation.reference
     seeds = [phase.seeds[i] for i in indices]
-    known = phase.expected is not None
-    inputs = [phase.expected.inputs[i] for i in indices] if known else conversation.make_inputs(seeds)
+    kept = phase.expected
+    known = kept is not None
+    inputs = [kept.inputs[i] for i in indices] if kept is not None else conversation.make_inputs(seeds)
     # The candidate's trial outputs are compared in full here, so it skips fingerprinting
     # them. The reference's outputs for known seeds are kept: it still runs the same calls
     # (fingerprints only), so that when timing starts it has made the same calls as the
@@ -106,10 +109,10 @@ def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
     ref = conversation.parse_run(reference, reports[reference], seeds)
     cand = conversation.parse_run(candidate, reports[candidate], seeds)
     fresh = None
-    if known:
-        check_replay(conversation, phase.expected, ref, indices, options)
-        expected = ReferenceTrials(calls=[phase.expected.calls[i] for i in indices],
-                                   outputs=[phase.expected.outputs[i] for i in indices], inputs=inputs)
+    if kept is not None:
+        check_replay(conversation, kept, ref, indices, options)
+        expected = ReferenceTrials(calls=[kept.calls[i] for i in indices],
+                                   outputs=[kept.outputs[i] for i in indices], inputs=inputs)
     else:
         fresh = expected = reference_trials(conversation, ref, outputs[reference], inputs)
     rules.enforce(rules.guard_findings(cand.violations))
@@ -139,8 +142,8 @@ def run_side_by_side(conversation: Conversation, inputs: list[InputSet], cand_ru
     candidate, reference = conversation.candidate, conversation.reference
     runs = {reference: conversation.run(reference, inputs, ref_run),
             candidate: conversation.run(candidate, inputs, cand_run)}
-    outputs = {reference: [], candidate: []}
-    records = {reference: [], candidate: []}
+    outputs: dict[WorkerProcess, list[bytes]] = {reference: [], candidate: []}
+    records: dict[WorkerProcess, list[dict]] = {reference: [], candidate: []}
     try:
         for run in runs.values():
             run.start()
@@ -199,7 +202,7 @@ def compare_sampled_call(conversation: Conversation, count: int, chooser: random
     """Compare in full one timed call, chosen only after the round ran, so a candidate cannot
     know which of its timed outputs will be checked element by element."""
     blobs = conversation.ask_both(commands.fetch(chooser.randrange(count)))
-    outputs = {}
+    outputs: dict[WorkerProcess, list] = {}
     for worker in (conversation.candidate, conversation.reference):
         try:
             outputs[worker] = compare.load_tensors(blobs[worker][0])

@@ -392,13 +392,14 @@ def parallel_cpu_time(cand: SideRound, ref: SideRound, device: str) -> Verdict |
     Each side of a round runs its calls on one core. A thread that the candidate starts and
     joins within a call leaves nothing for a census to see, but the CPU time it used stays in
     the process's CPU clock."""
-    if cand.cpu_s is None or ref.cpu_s is None or cand.turn_s <= 0 or ref.turn_s <= 0:
+    cand_cpu_s, ref_cpu_s = cand.cpu_s, ref.cpu_s
+    if cand_cpu_s is None or ref_cpu_s is None or cand.turn_s <= 0 or ref.turn_s <= 0:
         return None
-    allowed = cand.turn_s * max(1.0, ref.cpu_s / ref.turn_s) * (1 + PARALLEL_CPU_TOLERANCE) + PARALLEL_CPU_SLACK_S
-    if cand.cpu_s <= allowed:
+    allowed = cand.turn_s * max(1.0, ref_cpu_s / ref.turn_s) * (1 + PARALLEL_CPU_TOLERANCE) + PARALLEL_CPU_SLACK_S
+    if cand_cpu_s <= allowed:
         return None
     return _more_threads("parallel_cpu_time", lambda: (
-        f"the candidate's worker used {cand.cpu_s * 1e3:.1f} ms of CPU time in a turn of "
+        f"the candidate's worker used {cand_cpu_s * 1e3:.1f} ms of CPU time in a turn of "
         f"{cand.turn_s * 1e3:.1f} ms: its calls ran work on more than one core at once (threads "
         "started and joined within a call leave no thread behind, but their CPU time counts). "
         "Evaluations run each side on one CPU thread, so that a speedup compares kernels; do the "

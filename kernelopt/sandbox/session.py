@@ -22,6 +22,7 @@ import hashlib
 import shutil
 import time
 from collections.abc import Callable
+from typing import cast
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
@@ -31,7 +32,9 @@ from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
 from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.records import InputSet, ReferenceTrials
-from kernelopt.sandbox.results import Check, Environment, EvalOptions, EvalResult, Isolation, Profile, Timing
+from kernelopt.sandbox.results import (
+    Check, Environment, EvalOptions, EvalResult, Flag, Isolation, Profile, Status, Timing,
+)
 from kernelopt.sandbox.timing import rounds
 from kernelopt.sandbox.worker import commands
 
@@ -77,7 +80,7 @@ class CandidateSession:
         self.problem_code_failed: rules.ProblemCodeFailed | None = None
         self.workdir: Path | None = None  # the candidate worker's directory, once taken
         self.aborted = False
-        self._paused_at: float | None = None
+        self._paused_at = self.started  # when prepare ended: the candidate's clock stopped
         self.builds = BuildServer(options, backend, device)
         self.conversation = Conversation(problem, self.started + options.timeout, self._serve_build)
         self.timing_cpus = timing_cpus(options, device)
@@ -87,11 +90,11 @@ class CandidateSession:
         self.reference_profiled = False
 
     @property
-    def candidate(self) -> WorkerProcess | None:
+    def candidate(self) -> WorkerProcess:
         return self.conversation.candidate
 
     @property
-    def reference(self) -> WorkerProcess | None:
+    def reference(self) -> WorkerProcess:
         return self.conversation.reference
 
     @property
@@ -235,7 +238,7 @@ class CandidateSession:
         """After a correct verdict, outside the timed calls: one advisory profiling pass in each
         side's own worker on one input set the reference made (sandbox/profiling.py). Nothing
         of the verdict comes from it; whatever fails in it is a note."""
-        begin, notes = time.monotonic(), []
+        begin, notes = time.monotonic(), list[str]()
         try:
             kept = self.reference_profile
             if kept is None:
@@ -244,11 +247,12 @@ class CandidateSession:
                 kept = profiling.ReferenceProfile(input_set, None)
                 kept.reply = self._ask_profile(self.reference, input_set, True, kept.notes)
                 self.reference_profile = kept
-            reply = self._ask_profile(self.candidate, kept.input_set, False, notes)
+            reply = self._ask_profile(self.candidate, cast(InputSet, kept.input_set), False, notes)
         except Exception as exc:  # noqa: BLE001 - advisory: the verdict stands
             return Profile(device=self.device, notes=[f"not profiled: {type(exc).__name__}: {str(exc)[:300]}"],
                            seconds=round(time.monotonic() - begin, 4))
         device_name = (self.environment or {}).get("device_name")
+        assert self.timing is not None  # the pass follows a correct verdict
         return profiling.assemble(self.device, kept, reply, self.timing, device_name, notes, time.monotonic() - begin)
 
     def _ask_profile(self, worker: WorkerProcess, input_set: InputSet, count_work: bool,
@@ -270,6 +274,7 @@ class CandidateSession:
 
     def _correct_message(self) -> str:
         t = self.timing
+        assert t is not None
         note = " (re-measured: outlier)" if t.remeasured else ""
         return (f"all {len(self.trials)} trials matched the reference, and {t.candidate.samples} timed calls "
                 f"({self.sampled_checks} compared in full, all fingerprinted); "
@@ -290,11 +295,11 @@ class CandidateSession:
         timing = self.timing if status == "correct" else None
         self.durations["total"] = round(time.monotonic() - self.started, 4)
         return EvalResult(
-            status=status, correct=status == "correct", speedup=timing.speedup if timing else None,
+            status=cast(Status, status), correct=status == "correct", speedup=timing.speedup if timing else None,
             reference_ms=timing.reference_ms if timing else None, candidate_ms=timing.candidate_ms if timing else None,
             message=message.strip(), problem_name=self.problem.name, problem_hash=self.problem.content_hash,
             candidate_hash=hashlib.sha256(self.source.encode("utf-8")).hexdigest(), trials=self.trials,
-            timing=timing, checks=self.checks, flags=all_flags, rules=fired, optimization_kinds=kinds,
+            timing=timing, checks=self.checks, flags=cast(list[Flag], all_flags), rules=fired, optimization_kinds=kinds,
             isolation=self._isolation(), environment=Environment(**self.environment) if self.environment else None,
             compile_log=verdict.log if verdict is not None else "",
             candidate_output=self.candidate.log_tail() if self.candidate else "",

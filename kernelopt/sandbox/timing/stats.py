@@ -52,7 +52,7 @@ def median_precision(samples_ms: list[float]) -> float:
 def speedup_precision(cand: TimingStats, ref: TimingStats) -> float:
     """Relative half-width of the speedup's 95 % interval: the speedup is a ratio of the two
     medians, so their relative uncertainties add in quadrature."""
-    return math.hypot(cand.median_precision, ref.median_precision)
+    return math.hypot(cand.median_precision or 0.0, ref.median_precision or 0.0)
 
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom.
