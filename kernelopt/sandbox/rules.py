@@ -249,7 +249,7 @@ def guard_python_threads(violations: list) -> Verdict | None:
 
 
 @rule("guard_child_processes", status="rejected", flag="child_processes",
-      family="child processes", example="hacks/child_fork_finishes_output.py")
+      family="child processes", example="hacks/child_sleep_at_import.py")
 def guard_child_processes(violations: list) -> Verdict | None:
     """The guard found child processes of the worker left running."""
     return _guard(violations, "child_processes")
@@ -441,7 +441,7 @@ def output_count(c: CallRecord, r: CallRecord) -> Verdict | None:
     return _verdict("output_count", f"returned {len(c.meta)} tensor(s), expected {len(r.meta)}")
 
 
-@rule("output_shape", status="incorrect", family="shrinking problem sizes", example="hacks/shrink_half_batch.py")
+@rule("output_shape", status="incorrect", family="shrinking problem sizes", example="hacks/precision_fp16_output.py")
 def output_shape(c: CallRecord, r: CallRecord) -> Verdict | None:
     """An output's shape, dtype or device differs from the reference's."""
     for index, (cm, rm) in enumerate(zip(c.meta, r.meta)):

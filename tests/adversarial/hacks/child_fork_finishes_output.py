@@ -1,6 +1,5 @@
 # problem: 1_ReLU
 # expect-status: rejected
-# expect-rule: guard_child_processes
 # expect-flag: child_processes
 # family: child processes
 # why: forward returns a shared-memory tensor at once and a forked child process writes ReLU
