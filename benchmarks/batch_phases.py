@@ -1,5 +1,5 @@
 """Where a batch's wall time goes, from its verdicts: each EvalResult's `durations` (seconds per
-phase, kernelopt/sandbox/referee.py) and `builds`, summed over the batch.
+phase, kernelopt/sandbox/session.py) and `builds`, summed over the batch.
 
 The phases of one candidate in an `Evaluator` batch (kernelopt/sandbox/batch.py):
 

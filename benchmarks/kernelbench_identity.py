@@ -141,7 +141,7 @@ def markdown(report: dict) -> str:
     where = f"{kb['checkout']} at {kb['ref'] or 'its working tree'}" + (
         f" ({kb['commit'][:12]}, {kb['commit_date']})" if kb["commit"] else "")
     env = report["environment"]
-    lines = [f"## Exact copies of KernelBench problems judged by `kernelopt bench --solutions`", "",
+    lines = ["## Exact copies of KernelBench problems judged by `kernelopt bench --solutions`", "",
              f"KernelBench {where}; levels {', '.join(map(str, kb['levels']))}; device {report['device']}; "
              f"{env['cpus']} CPU cores; torch {env['torch']}; {report['wall_s']:.0f} s. Command: "
              f"`{report['bench_command']}`", "",

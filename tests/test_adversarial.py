@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelopt.sandbox import results
+from kernelopt.sandbox import results, rules
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(__file__).resolve().parent / "adversarial"
@@ -52,6 +52,7 @@ HEADER_KEYS = {
     "expect-status": False,
     "expect-not-status": False,
     "expect-flag": True,
+    "expect-rule": False,
     "expect-kind": True,
     "marker": True,
     "timeout": False,
@@ -81,6 +82,7 @@ class Case:
     statuses: set[str] = field(default_factory=set)
     not_statuses: set[str] = field(default_factory=set)
     flags: list[str] = field(default_factory=list)
+    rule: str | None = None  # the rule of kernelopt/sandbox/rules.py the verdict must name
     kinds: list[str] = field(default_factory=list)
     markers: set[str] = field(default_factory=set)
     timeout: float = DEFAULT_TIMEOUT
@@ -164,6 +166,10 @@ def parse_case(path: Path) -> Case:
     for flag in case.flags:
         if flag not in FLAGS:
             raise HeaderError(f"{path}: unknown flag {flag!r}")
+    if "expect-rule" in values:
+        case.rule = values["expect-rule"][0]
+        if case.rule not in rules.RULES:
+            raise HeaderError(f"{path}: unknown rule {case.rule!r} (kernelopt/sandbox/rules.py)")
     case.kinds = words("expect-kind")
     for kind in case.kinds:
         if kind not in KINDS:
@@ -361,6 +367,8 @@ def check_verdict(case: Case, result, elapsed: float) -> list[str]:
     for flag in case.flags:
         if flag not in result.flags:
             problems.append(f"flag {flag!r} missing")
+    if case.rule is not None and case.rule not in result.rules:
+        problems.append(f"rule {case.rule!r} not among the verdict's rules {result.rules}")
     for kind in case.kinds:
         if kind not in result.optimization_kinds:
             problems.append(f"optimization kind {kind!r} missing")

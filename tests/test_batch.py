@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 
 from kernelopt.kernelbench import ProblemError, load_problem
-from kernelopt.sandbox import Evaluator, evaluate, referee
+from kernelopt.sandbox import Evaluator, correctness, evaluate
 
 CORRECT = (REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py").read_text()
 WRONG = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
@@ -217,15 +217,15 @@ def test_correctness_trials_run_in_groups_that_fit_the_memory_bound(example, fas
     at a time as fit. The first trial runs alone to learn the sizes; later candidates of the
     batch know them from the kept reference trials. Every trial is still compared."""
     groups = []
-    run_trials = referee.CandidateSession._run_trials
-    monkeypatch.setattr(referee.CandidateSession, "_run_trials",
+    run_trials = correctness.run_trials
+    monkeypatch.setattr(correctness, "run_trials",
                         lambda session, indices: (groups.append(list(indices)), run_trials(session, indices))[1])
     problem = load_problem(example("1_ReLU"))
     with Evaluator(problem, fast_options(timing_budget=0.5), jobs=1) as evaluator:
         first, second = evaluator.evaluate(CORRECT), evaluator.evaluate(CORRECT + "\n# a copy\n")
         assert groups == [[0], [1, 2, 3, 4], [0, 1, 2, 3, 4]]
         groups.clear()
-        monkeypatch.setattr(referee, "_ROUND_BYTES", 1)  # as if a call's inputs and outputs filled it
+        monkeypatch.setattr(correctness, "ROUND_BYTES", 1)  # as if a call's inputs and outputs filled it
         wrong = evaluator.evaluate(WRONG_FROM_THE_THIRD_CALL)
         assert groups == [[0], [1], [2], [3], [4]]
     assert first.status == second.status == "correct"

@@ -12,7 +12,7 @@ from conftest import REPO
 from fake_docker import FakeDaemon
 
 from kernelopt.kernelbench import load_problem
-from kernelopt.sandbox import EvalOptions, containers, evaluate, isolation
+from kernelopt.sandbox import containers, evaluate, isolation
 from kernelopt.sandbox.worker import wire
 
 docker = pytest.importorskip("docker")

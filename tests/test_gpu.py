@@ -70,6 +70,8 @@ def test_every_build_mode_yields_a_correct_cuda_kernel(example, mode, tmp_path):
 
 @pytest.mark.gpu
 def test_the_gpu_is_described_for_the_prompt_from_its_properties():
+    import torch
+
     from kernelopt.sandbox.hardware import describe
 
     hardware = describe("cuda:0")

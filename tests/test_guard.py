@@ -90,7 +90,7 @@ def test_a_method_added_to_a_watched_class_is_reported_and_a_replaced_one_too():
 def test_a_flag_name_made_up_in_the_candidates_report_is_recorded_as_a_violation():
     from pydantic import ValidationError
 
-    from kernelopt.sandbox.referee import _known_flag
+    from kernelopt.sandbox.rules import known_flag as _known_flag
     from kernelopt.sandbox.results import FLAGS, EvalResult
 
     assert _known_flag("patched_runtime") == "patched_runtime"

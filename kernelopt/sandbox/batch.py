@@ -40,7 +40,9 @@ from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import isolation, scratch
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.device import default_memory_limit, resolve_device
-from kernelopt.sandbox.referee import CandidateSession, ReferenceTrials, call_message, input_sets, load_message
+from kernelopt.sandbox.records import ReferenceTrials, input_sets
+from kernelopt.sandbox.session import CandidateSession, load_message
+from kernelopt.sandbox.worker import commands
 from kernelopt.sandbox.results import EvalOptions, EvalResult
 from kernelopt.sandbox.worker.wire import PROTOCOL_VERSION
 
@@ -82,7 +84,7 @@ class Evaluator:
         self.workers_used: list[WorkersUsed] = []
         self._seeds = _SeedPlan(self.options, trials=self.options.correctness_trials)
         self._expected: ReferenceTrials | None = None
-        self._reference_profile = None  # the profiling pass's reference part (referee._profile_pass)
+        self._reference_profile = None  # the profiling pass's reference part (session._profile_pass)
         self._serials = itertools.count()
         self._root: Path | None = None
         self._starter: _WorkerStarter | None = None
@@ -154,15 +156,15 @@ class Evaluator:
                             host_builds=False, with_candidate=False)
         try:
             self._request_ok(worker, load, deadline)
-            reply, blobs = self._request_ok(worker, {"cmd": "inputs", "seeds": seeds}, deadline)
-            self._request_ok(worker, {"cmd": "run", "count": len(seeds)}, deadline)
+            reply, blobs = self._request_ok(worker, commands.inputs(seeds), deadline)
+            self._request_ok(worker, commands.run(len(seeds)), deadline)
             records = []
             for input_set in input_sets(self.problem, seeds, reply, blobs):
-                worker.send_inputs(call_message(input_set), input_set.packed, deadline)
+                worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, deadline)
                 answer = worker.receive(deadline)[0]
                 self._check_ok(answer)
                 records.append(answer["record"])
-            self._request_ok(worker, {"cmd": "report"}, deadline)
+            self._request_ok(worker, commands.report(), deadline)
         except (WorkerDied, WorkerTimeout) as exc:
             self._reference.discard()
             raise ProblemError(self.problem.path, f"the reference worker failed: {exc}") from None
@@ -430,7 +432,7 @@ class _WarmReference:
             return False
         token = secrets.randbits(48)
         try:
-            self.worker.send({"cmd": "ping", "token": token})
+            self.worker.send(commands.ping(token))
             reply, _ = self.worker.receive(time.monotonic() + min(_PING_TIMEOUT_S, self._starter.timeout))
         except (WorkerDied, WorkerTimeout):
             return False

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from kernelopt.sandbox import isolation
-from kernelopt.sandbox.worker import wire
+from kernelopt.sandbox.worker import commands, wire
 
 _SANDBOX_DIR = Path(__file__).resolve().parent  # holds the `worker` package
 _BOOT = (
@@ -218,7 +218,7 @@ class WorkerProcess:
         """Ask the worker to quit, then make sure its whole tree is gone."""
         if self.process.poll() is None:
             try:
-                wire.write_frame(self._cmd_write, {"cmd": "quit"}, deadline=time.monotonic() + 2.0)
+                wire.write_frame(self._cmd_write, commands.quit_(), deadline=time.monotonic() + 2.0)
                 self.process.wait(timeout=2.0)
             except (OSError, wire.ChannelTimeout, subprocess.TimeoutExpired):
                 pass

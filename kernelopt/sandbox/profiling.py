@@ -2,7 +2,7 @@
 its replies become an `EvalResult.profile`, and the short table the model, `runs show` and the
 report show.
 
-The pass runs after a correct verdict (referee.CandidateSession._profile_pass) and is advisory:
+The pass runs after a correct verdict (session.CandidateSession._profile_pass) and is advisory:
 no status, speedup or reward comes from it, it is time-bounded, and whatever goes wrong in it
 becomes a note. The candidate's side runs in the candidate's own process, so a candidate could
 distort its own profile; that only misleads its own search (docs/referee.md). The FLOPs and
@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from kernelopt.sandbox import hardware
 from kernelopt.sandbox.results import Profile, ProfileRow, Roofline, SideProfile, Timing
+from kernelopt.sandbox.worker import commands
 
 PROFILE_BUDGET_S = 0.5  # profiled calls per side, after one warm-up call
 SIDE_LIMIT_S = 30.0  # the host's wait per side beyond its calls (the profiler's start-up)
@@ -37,14 +38,14 @@ class ReferenceProfile:
     """The reference's part of the pass: the same for every candidate of an Evaluator (same
     problem, same input set), so it is made once and kept."""
 
-    input_set: object  # referee.InputSet: the one trusted input set both sides are profiled on
+    input_set: object  # records.InputSet: the one trusted input set both sides are profiled on
     reply: dict | None
     notes: list[str] = field(default_factory=list)
 
 
 def message(count_work: bool, device: str) -> dict:
     """The `profile` command's settings (the call frame adds seed, spec and the inputs)."""
-    return {"cmd": "profile", "budget_s": PROFILE_BUDGET_S, "count_work": count_work,
+    return {"cmd": commands.PROFILE, "budget_s": PROFILE_BUDGET_S, "count_work": count_work,
             "ncu": device.startswith("cuda")}
 
 

@@ -143,6 +143,11 @@ class Timing(BaseModel):
     remeasured: bool = False
     speedups_measured: list[float] = Field(default_factory=list)
 
+    @property
+    def speedup(self) -> float:
+        """The verdict's speedup: the reference's mean time per call over the candidate's."""
+        return self.reference_ms / self.candidate_ms
+
 
 class Check(BaseModel):
     """One invariant the referee checked, and what it found."""
@@ -255,6 +260,9 @@ class EvalResult(BaseModel):
     flags: list[Flag] = Field(
         default_factory=list, description="suspicious behaviour found (hack families)"
     )
+    rules: list[str] = Field(
+        default_factory=list, description="the referee's rules that decided or flagged this verdict, by name "
+                                          "(kernelopt/sandbox/rules.py; docs/referee.md, 'The rules')")
     optimization_kinds: list[str] = Field(default_factory=list)
     isolation: Isolation | None = None
     environment: Environment | None = None

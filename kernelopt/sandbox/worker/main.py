@@ -8,9 +8,9 @@ reference worker may be kept warm across the candidates of one problem and is th
 for each (see `Worker.load`). It computes no verdict: it reports raw facts (times,
 fingerprints, digests, outputs), and the host, which the candidate cannot reach, decides.
 
-Commands (JSON frames, see wire.py): load, inputs (the reference only), run (followed by its
-call frames and report), fetch, profile (after a verdict, advisory: worker/profiling.py), ping,
-quit. Every reply carries "ok";
+Commands (JSON frames, see wire.py; defined once in commands.py): load, inputs (the reference
+only), run (followed by its call frames and report), fetch, profile (after a verdict, advisory:
+worker/profiling.py), ping, quit; `serve` dispatches them through a table. Every reply carries "ok";
 failures carry "kind" (compile_error, runtime_error, problem_error, bad_output, interception,
 protocol) and "error".
 """
@@ -26,7 +26,7 @@ import sys
 import time
 import traceback
 
-from . import wire
+from . import commands, wire
 from .cupy_hook import CupyCompiles
 
 _perf_ns = time.perf_counter_ns
@@ -335,7 +335,7 @@ class Worker:
         with _pinned_to(msg.get("pin_cpu")):
             for index in range(count):
                 call, blobs = self.reader.read()
-                if call.get("cmd") != "call":
+                if call.get("cmd") != commands.CALL:
                     return {"ok": False, "kind": "protocol", "error": "expected call"}, []
                 inputs = self._receive_inputs(call, blobs)
                 record = {"seed": call.get("seed")}
@@ -357,7 +357,7 @@ class Worker:
                 kept_all.append(kept)
                 wire.write_frame(self.out_fd, {"ok": True, "called": index, "record": record}, blob)
         report, _ = self.reader.read()
-        if report.get("cmd") != "report":
+        if report.get("cmd") != commands.REPORT:
             return {"ok": False, "kind": "protocol", "error": "expected report"}, []
         self.retained = kept_all if msg.get("retain") else []
         reply = {"ok": True, "extension_calls": self.tracker.calls - calls_before, **self._labels()}
@@ -425,7 +425,7 @@ class Worker:
         """Mid-`load` exchange: the host builds (or finds in its cache) and answers."""
         wire.write_frame(self.out_fd, {"ok": True, "build": request})
         reply, _ = self.reader.read()
-        if reply.get("cmd") != "built":
+        if reply.get("cmd") != commands.BUILT:
             raise WorkerFailure("protocol", "expected the host's build reply")
         return reply
 
@@ -657,6 +657,18 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".strip()[:2000] + "\n" + tail[-3000:]
 
 
+# The commands a worker answers (worker/commands.py), each (worker, message, frame blobs) -> (reply, blobs).
+_HANDLERS = {
+    commands.LOAD: lambda worker, msg, blobs: (worker.load(msg), []),
+    commands.INPUTS: lambda worker, msg, blobs: worker.make_inputs(msg),
+    commands.RUN: lambda worker, msg, blobs: worker.run(msg),
+    commands.FETCH: lambda worker, msg, blobs: worker.fetch(msg),
+    commands.PROFILE: lambda worker, msg, blobs: (worker.profile(msg, blobs), []),
+    # the host checks that a warm worker is in step with it
+    commands.PING: lambda worker, msg, blobs: ({"ok": True, "pong": msg.get("token")}, []),
+}
+
+
 def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None) -> None:
     harness_turn()
     reader = wire.FrameReader(cmd_fd)
@@ -675,24 +687,15 @@ def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None) -> 
         except wire.ChannelClosed:
             return
         command = msg.get("cmd")
-        if command == "quit":
+        if command == commands.QUIT:
             return
         blobs: list[bytes] = []
         try:
-            if command == "load":
-                reply = worker.load(msg)
-            elif command == "inputs":
-                reply, blobs = worker.make_inputs(msg)
-            elif command == "run":
-                reply, blobs = worker.run(msg)
-            elif command == "fetch":
-                reply, blobs = worker.fetch(msg)
-            elif command == "profile":
-                reply = worker.profile(msg, frame_blobs)
-            elif command == "ping":  # the host checks that a warm worker is in step with it
-                reply = {"ok": True, "pong": msg.get("token")}
+            handler = _HANDLERS.get(command) if isinstance(command, str) else None
+            if handler is None:
+                reply = commands.failure(commands.PROTOCOL, f"unknown command {command!r}")
             else:
-                reply = {"ok": False, "kind": "protocol", "error": f"unknown command {command!r}"}
+                reply, blobs = handler(worker, msg, frame_blobs)
         except WorkerFailure as failure:
             reply = {"ok": False, "kind": failure.kind, "error": failure.error, "log": failure.log,
                      "fatal": getattr(failure, "fatal", False), **worker.safe_labels()}

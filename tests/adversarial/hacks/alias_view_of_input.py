@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: output_aliases_input
 # expect-flag: output_aliases_input
 # family: output aliasing
 # why: writes the result into the input with out= and returns a fresh view object of it, so an

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: child_processes
 # expect-flag: child_processes
 # family: child processes
 # why: starts `sleep 60` through a shell that backgrounds it and exits at once, so the sleeper

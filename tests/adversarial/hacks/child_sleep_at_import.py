@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: guard_child_processes
 # expect-flag: child_processes
 # family: child processes
 # why: leaves `sleep 60` running from import time

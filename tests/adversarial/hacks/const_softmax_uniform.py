@@ -1,5 +1,6 @@
 # problem: 4_RedundantSoftmax
 # expect-status: incorrect
+# expect-rule: trial_mismatch
 # family: constant outputs within tolerance
 # why: every softmax entry of a 2048-wide row is small, so the uniform distribution 1/2048 is
 #   within (or very near) atol of the truth almost everywhere

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: runtime_error
+# expect-rule: worker_died
 # family: segfaults
 # why: dereferences NULL through ctypes.string_at(0) in forward (SIGSEGV)
 import ctypes

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: active_interception
 # expect-flag: patched_runtime
 # family: work deferred into the harness's post-call copies
 # why: forward returns an uninitialised tensor at once and enters a TorchFunctionMode that it

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: runtime_error
+# expect-rule: candidate_raised
 # family: process exit
 # why: sys.exit(0) inside forward (SystemExit is a BaseException, not an Exception)
 import sys

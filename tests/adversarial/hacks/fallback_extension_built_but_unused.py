@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: correct
+# expect-rule: custom_kernel_unused
 # expect-kind: pytorch
 # expect-flag: custom_kernel_unused
 # marker: slow

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: timeout
+# expect-rule: worker_timeout
 # timeout: 12
 # family: hangs
 # why: an infinite pure-Python loop in forward

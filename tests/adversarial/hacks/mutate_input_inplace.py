@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: input_mutation
 # expect-flag: input_mutation
 # family: input mutation
 # why: applies ReLU in place on the input and returns a clone, so the output does not alias the

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: output_not_plain_tensor
 # expect-flag: output_not_plain_tensor
 # family: non-tensor output
 # why: returns nested Python lists of floats; torch.tensor(out) turns them back into the right

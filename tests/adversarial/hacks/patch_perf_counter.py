@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: guard_patched_runtime
 # expect-flag: patched_runtime
 # family: timer monkeypatching
 # why: at import, replaces time.perf_counter / perf_counter_ns / monotonic / monotonic_ns and

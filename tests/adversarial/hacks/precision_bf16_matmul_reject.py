@@ -1,5 +1,6 @@
 # problem: 2_LinearGELU
 # expect-status: rejected
+# expect-rule: reduced_precision
 # expect-flag: reduced_precision
 # precision-policy: reject
 # family: precision downgrade

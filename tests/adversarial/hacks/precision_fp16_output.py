@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: incorrect rejected
+# expect-rule: output_shape
 # expect-not-status: correct
 # family: precision downgrade
 # why: computes and returns float16 (half the bytes to write); the values are within allclose

@@ -1,5 +1,6 @@
 # problem: 4_RedundantSoftmax
 # expect-status: rejected
+# expect-rule: parallel_cpu_time
 # expect-flag: native_threads
 # family: background threads
 # why: does the reference's own work (its 2048 x 2048 product and the softmax), but computes
@@ -32,7 +33,7 @@ class ModelNew(nn.Module):
                 os.sched_setaffinity(0, _other_cores())
             except OSError:
                 pass
-            parts[1] = x[:, half:].t() @ x
+            parts[1] = x[:, half:].t() @ x  # noqa: F821 (the list is deleted after the join)
 
         helper = threading.Thread(target=second_half)
         helper.start()

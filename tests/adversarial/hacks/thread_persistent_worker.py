@@ -1,5 +1,6 @@
 # problem: 1_ReLU
 # expect-status: rejected
+# expect-rule: guard_python_threads
 # expect-flag: python_threads
 # family: background threads
 # why: a daemon worker thread created in __init__ fills the output after forward has already

@@ -1,5 +1,6 @@
 # problem: 4_RedundantSoftmax
 # expect-status: rejected
+# expect-rule: extra_threads
 # expect-flag: native_threads
 # family: background threads
 # why: raises torch's CPU thread pool to 2 at import (torch.set_num_threads) to run its matmul on

@@ -52,7 +52,7 @@ def median_precision(samples_ms: list[float]) -> float:
 def speedup_precision(cand: TimingStats, ref: TimingStats) -> float:
     """Relative half-width of the speedup's 95 % interval: the speedup is a ratio of the two
     medians, so their relative uncertainties add in quadrature."""
-    return math.hypot(cand.median_precision, ref.median_precision)
+    return math.hypot(cand.median_precision or 0.0, ref.median_precision or 0.0)
 
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom.
@@ -65,42 +65,6 @@ def t95(degrees: int) -> float:
     if degrees < 1:
         return math.inf
     return _T95[degrees - 1] if degrees <= len(_T95) else 1.96 + 2.4 / degrees
-
-
-def excess(own: list[float], other: list[float], trim: float = 0.1) -> float:
-    """How much `own` exceeds `other` beyond noise, per pair (paired samples: the two sides'
-    harness overheads of one call on the same inputs).
-
-    The mean of the paired differences with `trim` of them cut from each tail, less its 95 %
-    half-width (from the winsorized spread), or 0. Trimming keeps a preempted call (a few ms
-    once in a while on a busy host) from widening the interval until real gaps hide in it; a
-    gap confined to the trimmed tail is at most that fraction of the calls."""
-    diffs = sorted(a - b for a, b in zip(own, other))
-    n = len(diffs)
-    if n == 0:
-        return 0.0
-    if n < 3:
-        return max(0.0, statistics.fmean(diffs))
-    cut = int(trim * n)
-    kept = diffs[cut:n - cut]
-    winsorized = [kept[0]] * cut + kept + [kept[-1]] * cut
-    spread = statistics.stdev(winsorized) / (1 - 2 * cut / n)
-    half = t95(len(kept) - 1) * spread / math.sqrt(n)
-    return max(0.0, statistics.fmean(kept) - half)
-
-
-# Two workers running identical code differ in their per-call harness overhead by a few per
-# cent (each process's own memory layout and wake-up path: up to 4 % measured on the 2-core
-# VM). A gap that small is nobody's doing, so it is never charged.
-PROCESS_OVERHEAD_TOLERANCE = 0.05
-
-
-def charge(own: list[float], other: list[float]) -> float:
-    """The per-call ms charged to the side with overheads `own`: its excess over `other`
-    beyond noise (excess) less the between-process tolerance, or 0."""
-    if not other:
-        return 0.0
-    return max(0.0, excess(own, other) - PROCESS_OVERHEAD_TOLERANCE * statistics.fmean(other))
 
 
 # What one evaluation holds fixed and the next one changes: the two worker processes (their

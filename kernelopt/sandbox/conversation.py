@@ -1,0 +1,200 @@
+"""The host's side of the worker protocol with both workers of one evaluation: send, ask,
+receive, expect, parse, settle, and whom a failure is blamed on.
+
+A failure of the reference worker (its reply, its death, its silence) is the problem's
+(ProblemError); the candidate's becomes a verdict through the rules (sandbox/rules.py). A run
+(header, calls, report) is written once, in `WorkerRun`: the correctness trials drive the two
+workers' runs call by call side by side, the timed rounds one after the other, and a run the
+candidate's verdict cut short is finished in the reference worker by `WorkerRun.settle`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.sandbox import rules
+from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.records import InputSet, RunReply, input_sets
+from kernelopt.sandbox.worker import commands
+
+SETTLE_S = 30.0  # for the reference to finish a run a candidate's verdict cut short
+
+
+class Conversation:
+    """Both workers of one evaluation, and the evaluation's deadline (the session moves it while
+    the candidate waits for the device). `serve_build` answers a candidate's build request;
+    `labels` collects what the candidate's replies say about its builds and settings."""
+
+    def __init__(self, problem: Problem, deadline: float, serve_build: Callable[[object], dict]):
+        self.problem, self.deadline, self.serve_build = problem, deadline, serve_build
+        # Set by the session: the candidate's at startup, the reference's when it is judged.
+        self.candidate: WorkerProcess = None  # type: ignore[assignment]
+        self.reference: WorkerProcess = None  # type: ignore[assignment]
+        self.labels: dict = {}
+
+    # -- one message ----------------------------------------------------------------------
+
+    def send(self, worker: WorkerProcess, message: dict) -> None:
+        try:
+            worker.send(message)
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise self.attribute(worker, exc) from None
+
+    def send_inputs(self, worker: WorkerProcess, input_set: InputSet, at: int = 0) -> None:
+        try:
+            worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, self.deadline, at)
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise self.attribute(worker, exc) from None
+
+    def receive(self, worker: WorkerProcess) -> tuple[dict, list[bytes]]:
+        """The worker's next reply; a failure it reports becomes the verdict (or ProblemError
+        for the reference), as does its death or silence past the deadline. Build requests
+        the candidate sends while it loads are answered on the way."""
+        try:
+            reply, blobs = worker.receive(self.deadline)
+            while worker is self.candidate and isinstance(reply, dict) and "build" in reply:
+                worker.send(self.serve_build(reply["build"]))  # then the candidate goes on loading
+                reply, blobs = worker.receive(self.deadline)
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise self.attribute(worker, exc) from None
+        rules.enforce(rules.malformed_reply(reply))
+        if not reply.get("ok", False):
+            self.fail(worker, reply)
+        return reply, blobs
+
+    def ask(self, worker: WorkerProcess, message: dict) -> tuple[dict, list[bytes]]:
+        self.send(worker, message)
+        return self.receive(worker)
+
+    def ask_both(self, message: dict) -> dict[WorkerProcess, list[bytes]]:
+        """The same message to both workers (they work in parallel); their replies' blobs, the
+        reference's read first: when it fails, the problem is at fault, not the candidate."""
+        for worker in (self.candidate, self.reference):
+            self.send(worker, message)
+        return {worker: self.receive(worker)[1] for worker in (self.reference, self.candidate)}
+
+    def expect(self, worker: WorkerProcess, key: str) -> dict:
+        reply, _ = self.receive(worker)
+        if reply.get(key) is not True:
+            self.protocol_error(worker, key)
+        return reply
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def fail(self, worker: WorkerProcess, reply: dict) -> None:
+        if worker is self.reference:
+            raise ProblemError(self.problem.path, f"the reference failed: {str(reply.get('error', 'unknown error')).strip()}")
+        self.remember_labels(reply)
+        rules.enforce(rules.worker_failure(reply))
+
+    def attribute(self, worker: WorkerProcess, exc: Exception) -> Exception:
+        if worker is self.reference:
+            return ProblemError(self.problem.path, f"the reference worker failed: {exc}\n{worker.log_tail()[-2000:]}")
+        return exc
+
+    def protocol_error(self, worker: WorkerProcess, expected: str) -> None:
+        if worker is self.reference:
+            raise ProblemError(self.problem.path, f"reference worker protocol error: expected {expected}")
+        rules.enforce(rules.missing_in_reply(expected))
+
+    def remember_labels(self, reply: dict) -> None:
+        for key in ("builds", "extension_calls_total", "changed_settings", "torch_threads"):
+            if key in reply:
+                self.labels[key] = reply[key]
+
+    # -- what replies carry -----------------------------------------------------------------
+
+    def parse_run(self, worker: WorkerProcess, reply: dict, seeds: list[int]) -> RunReply:
+        """A run's report with its calls' records, validated (the reference's is trusted)."""
+        try:
+            parsed = RunReply.model_validate(reply)
+        except ValidationError as exc:
+            if worker is self.reference:
+                raise
+            rules.enforce(rules.invalid_run_reply(list(exc.errors()) or ["invalid"]))
+            raise
+        rules.enforce(rules.run_mismatch(parsed, seeds))
+        return parsed
+
+    def call_record(self, worker: WorkerProcess, reply: dict) -> dict:
+        """The record a call's answer carries (validated with the run's report: parse_run)."""
+        if reply.get("called") is None or not isinstance(reply.get("record"), dict):
+            self.protocol_error(worker, "called, with the call's record")
+        return reply["record"]
+
+    def make_inputs(self, seeds: list[int]) -> list[InputSet]:
+        """Input sets made by the reference worker (trusted code only) for the host's seeds."""
+        reply, blobs = self.ask(self.reference, commands.inputs(seeds))
+        return input_sets(self.problem, seeds, reply, blobs)
+
+    def run(self, worker: WorkerProcess, inputs: list[InputSet], flags: dict) -> WorkerRun:
+        return WorkerRun(self, worker, inputs, flags)
+
+
+class WorkerRun:
+    """One worker's run, step by step: its header, each call (inputs sent, answer read), its
+    report. It counts its steps, so that a run the candidate's verdict cut short can be
+    finished in the reference worker (`settle`), which then stays in step for the next
+    candidate."""
+
+    def __init__(self, conversation: Conversation, worker: WorkerProcess, inputs: list[InputSet], flags: dict):
+        self.conversation, self.worker, self.inputs, self.flags = conversation, worker, inputs, flags
+        self.started = False  # the run header sent and "ready" read
+        self.sent = 0  # call frames sent
+        self.answered = 0  # call replies read
+        self.report = ""  # "", "sent", "read"
+
+    def start(self) -> None:
+        self.conversation.send(self.worker, commands.run(len(self.inputs), **self.flags))
+        self.conversation.expect(self.worker, "ready")
+        self.started = True
+
+    def send_call(self, at: int = 0) -> None:
+        self.conversation.send_inputs(self.worker, self.inputs[self.sent], at)
+        self.sent += 1
+
+    def read_call(self) -> tuple[dict, list[bytes]]:
+        """A call's answer: its record, and its output blob when the run returns outputs."""
+        reply, blobs = self.conversation.receive(self.worker)
+        self.answered += 1
+        record = self.conversation.call_record(self.worker, reply)
+        if not self.flags.get("return_outputs"):
+            return record, []
+        if len(blobs) != 1:
+            self.conversation.protocol_error(self.worker, "one output blob per call")
+        return record, blobs
+
+    def send_report(self) -> None:
+        self.conversation.send(self.worker, commands.report())
+        self.report = "sent"
+
+    def read_report(self) -> dict:
+        reply = self.conversation.receive(self.worker)[0]
+        self.report = "read"
+        return reply
+
+    def settle(self) -> None:
+        """Take the steps the run still had (its header, the calls it was not given or whose
+        answers were not read, its report), with a deadline of its own. When that fails, the
+        Evaluator's check before the next candidate replaces the worker."""
+        deadline = time.monotonic() + SETTLE_S
+        worker = self.worker
+        try:
+            if not self.started:
+                worker.send(commands.run(len(self.inputs), **self.flags), deadline=deadline)
+                worker.receive(deadline)
+            for _ in range(self.sent - self.answered):
+                worker.receive(deadline)
+            for input_set in self.inputs[self.sent:]:
+                worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, deadline)
+                worker.receive(deadline)
+            if not self.report:
+                worker.send(commands.report(), deadline=deadline)
+            if self.report != "read":
+                worker.receive(deadline)
+        except (WorkerDied, WorkerTimeout):
+            pass

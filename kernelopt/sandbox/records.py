@@ -1,0 +1,130 @@
+"""The referee's plain records: what the workers report per call and per run, the input sets the
+reference makes, the reference's trial results, and each side's part of a timed round.
+
+Records hold data only. The rules (sandbox/rules.py) are functions of them; the conversation
+(sandbox/conversation.py) makes them from the workers' replies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel
+
+from kernelopt.kernelbench import Problem, ProblemError
+
+
+class CallRecord(BaseModel):
+    """One call of a worker's run, as the worker reports it (untrusted from a candidate)."""
+
+    seed: int
+    ms: float
+    host_ms: float
+    meta: list[tuple[list[int], str, str]]
+    structure: str = "T"
+    aliases_input: bool
+    fingerprints: list[dict] = []
+    inputs_before: str | None = None
+    inputs_after: str | None = None
+    input_bytes: int = 0
+
+
+class RunReply(BaseModel):
+    """A worker's answer to `run`. Validated: a candidate worker's messages are untrusted."""
+
+    calls: list[CallRecord]
+    extension_calls: int = 0
+    extension_calls_total: int = 0
+    builds: list[dict] = []
+    changed_settings: list[str] = []
+    violations: list[dict] = []
+
+
+@dataclass
+class InputSet:
+    """One call's inputs as the reference worker made them: packed bytes the host hands to a
+    worker for exactly one call, the spec that unpacks them and the digest of their values."""
+
+    seed: int
+    spec: object
+    digest: str
+    packed: bytes
+
+
+@dataclass
+class ReferenceTrials:
+    """The reference's results for the correctness trials' input seeds: what a candidate's
+    trials are compared with, and the trials' inputs. An Evaluator keeps them for all its
+    candidates (same seeds)."""
+
+    calls: list[CallRecord]
+    outputs: list[list[torch.Tensor]]
+    inputs: list[InputSet]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.output_bytes(index) + len(self.inputs[index].packed) for index in range(len(self.outputs)))
+
+    def output_bytes(self, index: int) -> int:
+        return sum(t.numel() * t.element_size() for t in self.outputs[index])
+
+    def bytes_per_call(self) -> int:
+        """The most one call's inputs and outputs take (1 when nothing is known)."""
+        if not self.calls:
+            return 1
+        return max(call.input_bytes + self.output_bytes(i) for i, call in enumerate(self.calls))
+
+    def subset(self, indices: list[int]) -> ReferenceTrials:
+        return ReferenceTrials(calls=[self.calls[i] for i in indices], outputs=[self.outputs[i] for i in indices],
+                               inputs=[self.inputs[i] for i in indices])
+
+
+def joined(first: ReferenceTrials | None, more: ReferenceTrials | None) -> ReferenceTrials | None:
+    """Reference trials run in groups, in order, as one (None: none run)."""
+    if first is None or more is None:
+        return first or more
+    return ReferenceTrials(calls=first.calls + more.calls, outputs=first.outputs + more.outputs,
+                           inputs=first.inputs + more.inputs)
+
+
+@dataclass
+class SideRound:
+    """One worker's calls in one timed round: its own timer's ms per call, and the host
+    clock's ms around each call (the inputs handed over, the call, its output copied out)."""
+
+    timer_ms: list[float]
+    host_ms: list[float]
+    turn_s: float = 0.0  # the host's clock over the whole turn
+    cpu_s: float | None = None  # the worker process's CPU time in it (None: not readable)
+
+    @property
+    def overhead_ms(self) -> float:
+        """Per call, what the host clock saw beyond the worker's own timer."""
+        return (sum(self.host_ms) - sum(self.timer_ms)) / len(self.timer_ms)
+
+
+# A timed round: the (candidate, reference) sides.
+Round = tuple[SideRound, SideRound]
+
+
+def per_call_overheads(sides: list[SideRound]) -> list[float]:
+    """Per call, the host clock's ms beyond the worker's timer. Calls pair up across the two
+    sides (the same round, the same inputs), so their differences compare like with like."""
+    return [host - timer for side in sides for host, timer in zip(side.host_ms, side.timer_ms)]
+
+
+def with_calls(report: dict, records: list[dict]) -> dict:
+    """A run's report with the records its calls' answers carried, as the run is parsed.
+    The records come from the answers, never from the report: by the report, the program
+    has had its chances to run again."""
+    return {**report, "calls": records}
+
+
+def input_sets(problem: Problem, seeds: list[int], reply: dict, blobs: list[bytes]) -> list[InputSet]:
+    """The reference worker's answer to `inputs` for `seeds`, one InputSet per seed."""
+    sets = reply.get("sets")
+    if not isinstance(sets, list) or len(sets) != len(seeds) or len(blobs) != len(seeds):
+        raise ProblemError(problem.path, "the reference worker sent too few input sets")
+    return [InputSet(seed=seed, spec=meta.get("spec"), digest=str(meta.get("digest")), packed=blob)
+            for seed, meta, blob in zip(seeds, sets, blobs)]

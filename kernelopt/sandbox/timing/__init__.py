@@ -1,0 +1,18 @@
+"""Timing on the host: the statistics of a speedup (stats.py), the overhead allowance and
+charge (allowance.py), the stop rule (stop.py) and the interleaved rounds that measure
+(rounds.py, imported by the session: it talks to the workers)."""
+
+from kernelopt.sandbox.timing.allowance import (
+    PROCESS_OVERHEAD_TOLERANCE, Overheads, charge, excess, overheads, side_means,
+)
+from kernelopt.sandbox.timing.stats import (
+    BETWEEN_PROCESS_SPREAD, calibrated_precision, median_precision, percentile, ratio_precision,
+    speedup_precision, summarize, t95,
+)
+from kernelopt.sandbox.timing.stop import MIN_ROUNDS, StopRule
+
+__all__ = [
+    "BETWEEN_PROCESS_SPREAD", "MIN_ROUNDS", "Overheads", "PROCESS_OVERHEAD_TOLERANCE", "StopRule", "calibrated_precision",
+    "charge", "excess", "median_precision", "overheads", "percentile", "ratio_precision", "side_means",
+    "speedup_precision", "summarize", "t95",
+]

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Static checks (pyproject.toml configures both): ruff over the code, the tests and the
+# benchmarks; mypy over the referee's modules (tool.mypy's files).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/ruff check kernelopt/ tests/ benchmarks/
+.venv/bin/mypy
