@@ -50,8 +50,9 @@ class UnsupportedMediaType(ServiceError):
 
 
 class ClientGone(ServiceError):
-    """The client closed its connection before its request was read: nobody reads the answer;
-    it is counted under its own code (499, as nginx does), apart from the server's errors."""
+    """The client closed its connection before its request was read, or before its answer:
+    nobody reads the answer; it is counted under its own code (499, as nginx does), apart from
+    the server's errors."""
 
     status, kind = 499, "client_disconnected"
 
@@ -66,12 +67,6 @@ class Overloaded(ServiceError):
 
 class ShuttingDown(ServiceError):
     status, kind = 503, "shutting_down"
-
-
-class ClientGone(ServiceError):
-    """The client disconnected before its answer; nobody reads this one (nginx's code)."""
-
-    status, kind = 499, "client_closed_request"
 
 
 class RequestTimedOut(ServiceError):
