@@ -315,6 +315,13 @@ def worker_died(error: str) -> Verdict:
     return _verdict("worker_died", error)
 
 
+def died_while_loading(error: str) -> ProblemCodeFailed:
+    """The candidate's worker died while loading: the problem's own import may have killed it
+    (os._exit), so like a problem-code failure it is judged once the reference has loaded
+    (worker_died's verdict when the reference loads, the problem's error when it fails too)."""
+    return ProblemCodeFailed(worker_died(error))
+
+
 @rule("malformed_reply", status="rejected", flag="protocol_violation", family="forged protocol frames")
 def malformed_reply(reply: object) -> Verdict | None:
     """A reply frame is not a JSON object."""

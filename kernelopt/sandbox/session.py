@@ -203,7 +203,7 @@ class CandidateSession:
         except WorkerDied as exc:  # the problem's own import (os._exit) may have killed it: the same rule
             if exc.memory_exceeded:
                 raise
-            self.problem_code_failed = rules.ProblemCodeFailed(rules.worker_died(str(exc)))
+            self.problem_code_failed = rules.died_while_loading(str(exc))
             return
         self.conversation.remember_labels(self.candidate_load)
         rules.enforce(rules.guard_findings(self.candidate_load.get("violations", [])))
