@@ -14,8 +14,10 @@ from conftest import REPO
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import EvalOptions, evaluate
 from kernelopt.sandbox.device import timing_cpus
+from kernelopt.sandbox.records import SideRound
 from kernelopt.sandbox.timing import (
-    PROCESS_OVERHEAD_TOLERANCE, calibrated_precision, charge, excess, median_precision, ratio_precision, t95)
+    PROCESS_OVERHEAD_TOLERANCE, REFERENCE_ROUND_CAP, calibrated_precision, capped_reference_means, charge, excess,
+    median_precision, ratio_precision, side_means, t95)
 from kernelopt.sandbox.worker.main import _pinned_to
 
 
@@ -141,6 +143,44 @@ def test_a_gap_as_small_as_two_processes_differ_by_is_not_charged():
     expected = 0.1 - PROCESS_OVERHEAD_TOLERANCE * statistics.fmean(other)
     assert charge(hidden, other) == pytest.approx(expected, abs=0.01)
     assert charge(other, hidden) == 0.0 and charge(other, []) == 0.0
+
+
+def test_a_preempted_reference_round_is_capped_and_quiet_rounds_are_untouched():
+    quiet = [0.30, 0.31, 0.29, 0.30, 0.32, 0.30]
+    assert capped_reference_means(quiet) == quiet  # within a few per cent: nothing to cap
+    # One round preempted inside the reference's calls (0.51 ms against 0.30): capped at 1.25x
+    # the lower quartile, so it cannot inflate the speedup of an honest exact copy.
+    disturbed = quiet + [0.51]
+    capped = capped_reference_means(disturbed)
+    assert capped[:-1] == quiet and capped[-1] == pytest.approx(REFERENCE_ROUND_CAP * 0.30, rel=0.02)
+    assert capped_reference_means([0.4]) == [0.4] and capped_reference_means([]) == []
+
+
+def test_capping_never_raises_the_reference():
+    rng = random.Random(5)
+    for _ in range(200):
+        means = [rng.lognormvariate(0.0, rng.choice((0.01, 0.2, 1.0))) for _ in range(rng.randint(1, 12))]
+        capped = capped_reference_means(means)
+        assert len(capped) == len(means) and all(c <= m for c, m in zip(capped, means))
+
+
+def _side(timer_ms: list[float], host_ms: list[float]) -> SideRound:
+    return SideRound(timer_ms=timer_ms, host_ms=host_ms, turn_s=sum(host_ms) / 1e3)
+
+
+def test_the_reference_is_never_charged_and_the_candidate_is():
+    """Noise may only lower a speedup: overhead beyond the other side's is charged to the
+    candidate, never added to the trusted reference."""
+    rng = random.Random(3)
+    def rounds(timer, over):
+        return [_side([timer] * 20, [timer + rng.gauss(over, 0.005) for _ in range(20)]) for _ in range(6)]
+    # The reference's host bracket saw 0.2 ms more per call than the candidate's: nothing is added.
+    cand, ref = rounds(1.0, 0.1), rounds(1.0, 0.3)
+    cand_means, ref_means, _ = side_means(cand, ref, "cpu")
+    assert max(ref_means) == pytest.approx(1.0) and min(cand_means) == pytest.approx(1.0)
+    # The candidate's bracket saw 0.2 ms more than the reference's: most of it is charged to it.
+    cand_means, ref_means, _ = side_means(ref, cand, "cpu")
+    assert min(cand_means) > 1.15 and max(ref_means) == pytest.approx(1.0)
 
 
 def test_the_interval_adds_what_differs_between_worker_processes():

@@ -133,7 +133,8 @@ class Timing(BaseModel):
         None, description="per call, the host clock's time around the call beyond the worker's timer")
     candidate_overhead_ms: float | None = None
     reference_charge_ms: float = Field(
-        0.0, description="added to the reference's mean: its overhead beyond the candidate's, past noise")
+        0.0, description="0 or negative: what capping the reference's disturbed rounds took off its mean "
+                         "(the reference is never charged: noise may only lower a speedup)")
     candidate_charge_ms: float = Field(
         0.0, description="added to the candidate's mean: its overhead beyond the reference's, past noise")
     speedup_precision: float | None = Field(

@@ -4,8 +4,9 @@ worker's own timer, as a named unit.
 Per call, the host's clock sees the call plus the harness's work around it (the inputs handed
 over, the output copied out and fingerprinted), the same work on both sides. The part of one
 side's overhead beyond the other's, past the noise of the paired calls and the few per cent
-by which two processes differ, is charged to that side (`charge`); a gross gap is rejected by
-the rule `wall_clock_gap` (sandbox/rules.py) on `Overheads.gross`.
+by which two processes differ, is charged to the candidate (`charge`; never to the trusted
+reference, whose disturbed rounds are capped instead: noise may only lower a speedup); a gross
+gap is rejected by the rule `wall_clock_gap` (sandbox/rules.py) on `Overheads.gross`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 from kernelopt.sandbox.records import SideRound, per_call_overheads
-from kernelopt.sandbox.timing.stats import t95
+from kernelopt.sandbox.timing.stats import percentile, t95
 
 
 def excess(own: list[float], other: list[float], trim: float = 0.1) -> float:
@@ -83,20 +84,41 @@ def overheads(rounds: list[tuple[SideRound, SideRound]]) -> Overheads:
     return Overheads(candidate_ms=slack_c, reference_ms=slack_r, allowed_ms=3 * slack_r + 1.0 + 0.5 * cand_ms)
 
 
+# A round of the reference whose mean is more than this over the lower quartile of its rounds was
+# disturbed (the host preempted the trusted reference during its calls): it is capped there.
+REFERENCE_ROUND_CAP = 1.25
+
+
+def capped_reference_means(means: list[float]) -> list[float]:
+    """The reference's round means, each at most REFERENCE_ROUND_CAP times the lower quartile of
+    them all. Time added to the reference raises the speedup, and on a busy host preemption
+    inside the reference's calls adds it (an exact copy was measured at 1.43x that way), so a
+    disturbed round counts only as much as a quiet one. Capping only ever lowers the reference,
+    so it can only lower a speedup; the candidate is frozen during the reference's turns and
+    decides nothing about it, and its own disturbed rounds count against it in full."""
+    if len(means) < 2:
+        return list(means)
+    ceiling = REFERENCE_ROUND_CAP * percentile(sorted(means), 0.25)
+    return [min(mean, ceiling) for mean in means]
+
+
 def side_means(cand: list[SideRound], ref: list[SideRound], device: str) -> tuple[list[float], list[float], str]:
     """Each side's mean ms per call, round by round, and how they were measured.
 
     Each worker's timer measures its calls (host perf_counter on a CPU; CUDA events after a
-    device-wide synchronisation on a GPU), and the host's clock around every call checks it:
-    per call, the time the host saw beyond the timer is the same harness work on both sides,
-    so the part of one side's overhead that exceeds the other's by more than the noise of the
-    paired calls (work hidden from the timer, forged timings) is added to that side's time,
-    less the few per cent by which two processes running the same code differ (charge). The
-    rule is the same for both sides, and noise charges no one."""
+    device-wide synchronisation on a GPU), and the host's clock around every call checks the
+    candidate's: per call, the time the host saw beyond the timer is the same harness work on
+    both sides, so the part of the candidate's overhead that exceeds the reference's by more
+    than the noise of the paired calls (work hidden from the timer, forged timings) is added to
+    its time, less the few per cent by which two processes running the same code differ
+    (charge). The reference runs trusted code, so its timer is never in doubt and nothing is
+    added to it: noise may only ever lower a speedup. Its disturbed rounds are capped
+    (capped_reference_means) for the same reason."""
     cand_over, ref_over = per_call_overheads(cand), per_call_overheads(ref)
-    cand_charge, ref_charge = charge(cand_over, ref_over), charge(ref_over, cand_over)
+    cand_charge = charge(cand_over, ref_over)
     clock = ("cuda events + device-wide synchronize, L2 flushed before each call" if device.startswith("cuda")
              else "host perf_counter per call")
     return ([statistics.fmean(c.timer_ms) + cand_charge for c in cand],
-            [statistics.fmean(r.timer_ms) + ref_charge for r in ref],
-            clock + "; the host clock around every call charges overhead beyond the other side's")
+            capped_reference_means([statistics.fmean(r.timer_ms) for r in ref]),
+            clock + "; the host clock around every call charges the candidate's overhead beyond the reference's; "
+                    "disturbed reference rounds capped")
