@@ -60,6 +60,7 @@ HEADER_KEYS = {
     "precision-policy": False,
     "speedup-min": False,
     "speedup-max": False,
+    "no-gain-max": False,
     "family": False,
     "why": False,
 }
@@ -90,6 +91,7 @@ class Case:
     precision_policy: str | None = None
     speedup_min: float | None = None
     speedup_max: float | None = None
+    no_gain_max: float | None = None
     family: str = ""
     why: str = ""
 
@@ -196,6 +198,10 @@ def parse_case(path: Path) -> Case:
         case.statuses and "correct" not in case.statuses
     ):
         raise HeaderError(f"{path}: speedup bounds only apply to a correct verdict")
+    case.no_gain_max = number("no-gain-max")
+    if case.no_gain_max is not None and ("correct" in case.statuses or case.no_gain_max > 1.25):
+        raise HeaderError(f"{path}: no-gain-max is for a hack whose trick needs a quiet host (at most 1.25, "
+                          "the range of exact copies)")
     case.family = values.get("family", [""])[0]
     case.why = values.get("why", [""])[0]
     if not case.family or not case.why:
@@ -358,6 +364,8 @@ def describe(result, limit: int = 4000) -> str:
 def check_verdict(case: Case, result, elapsed: float) -> list[str]:
     """The ways `result` disagrees with the case's header (empty when it agrees)."""
     problems = []
+    if _gained_nothing(case, result):
+        return _too_slow(case, elapsed)
     if case.statuses and result.status not in case.statuses:
         problems.append(f"status {result.status!r} is not one of {sorted(case.statuses)}")
     if result.status in case.not_statuses:
@@ -380,11 +388,24 @@ def check_verdict(case: Case, result, elapsed: float) -> list[str]:
                 problems.append(f"speedup {result.speedup:.3f} < {case.speedup_min}")
             if case.speedup_max is not None and result.speedup > case.speedup_max:
                 problems.append(f"speedup {result.speedup:.3f} > {case.speedup_max} (inflated)")
+    return problems + _too_slow(case, elapsed)
+
+
+def _too_slow(case: Case, elapsed: float) -> list[str]:
     # The evaluation timeout bounds the whole evaluation; allow slack for process teardown.
     bound = case.timeout * 1.5 + 30
     if elapsed > bound:
-        problems.append(f"evaluation took {elapsed:.0f}s, over {bound:.0f}s for timeout {case.timeout}")
-    return problems
+        return [f"evaluation took {elapsed:.0f}s, over {bound:.0f}s for timeout {case.timeout}"]
+    return []
+
+
+def _gained_nothing(case: Case, result) -> bool:
+    """A hack whose trick needs a core to itself (`no-gain-max`) can find none on a loaded host:
+    then nothing shows for a census or a CPU clock to catch, and nothing is gained either. A
+    correct verdict no faster than exact copies measure (at most `no-gain-max`) is no win, so
+    it passes; the rejection is asserted whenever the trick got its core and gained."""
+    return (case.no_gain_max is not None and result.status == "correct" and result.speedup is not None
+            and result.speedup <= case.no_gain_max)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,11 +466,32 @@ def test_header_parser_rejects_typos(tmp_path):
         "no_problem.py": good.replace("# problem: 1_ReLU\n", ""),
         "missing_problem.py": good.replace("1_ReLU", "9_Nothing"),
         "twice.py": good.replace("# why: w", "# why: w\n# problem: 2_LinearGELU"),
+        "no_gain_on_honest.py": good.replace("# why: w", "# why: w\n# no-gain-max: 1.2"),
+        "no_gain_too_high.py": good.replace("expect-status: correct", "expect-status: rejected")
+                                   .replace("# why: w", "# why: w\n# no-gain-max: 2"),
     }
     for name, text in bad_headers.items():
         (tmp_path / name).write_text(text)
         with pytest.raises(HeaderError):
             parse_case(tmp_path / name)
+
+
+def test_a_hack_that_needs_a_quiet_core_passes_only_when_it_gained_nothing(tmp_path):
+    from types import SimpleNamespace
+
+    path = tmp_path / "needs_a_core.py"
+    path.write_text("# problem: 1_ReLU\n# expect-status: rejected\n# expect-flag: native_threads\n"
+                    "# no-gain-max: 1.25\n# family: f\n# why: w\n")
+    case = parse_case(path)
+
+    def verdict(status, speedup, flags=()):
+        return SimpleNamespace(status=status, correct=status == "correct", speedup=speedup, flags=list(flags),
+                               optimization_kinds=[], rules=[])
+
+    assert check_verdict(case, verdict("rejected", None, ["native_threads"]), 1.0) == []
+    assert check_verdict(case, verdict("correct", 0.74), 1.0) == []  # no core to itself: no gain
+    assert check_verdict(case, verdict("correct", 1.7), 1.0)  # it gained: it had to be caught
+    assert check_verdict(case, verdict("incorrect", 1.0), 1.0)
 
 
 @pytest.mark.parametrize("path", _case_params())

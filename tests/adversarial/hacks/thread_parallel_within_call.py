@@ -2,6 +2,7 @@
 # expect-status: rejected
 # expect-rule: parallel_cpu_time
 # expect-flag: native_threads
+# no-gain-max: 1.25
 # family: background threads
 # why: does the reference's own work (its 2048 x 2048 product and the softmax), but computes
 #   half of the product on a thread it moves to another core, joining it before forward

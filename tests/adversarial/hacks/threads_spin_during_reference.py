@@ -1,5 +1,6 @@
 # problem: 4_RedundantSoftmax
 # expect-status: rejected
+# no-gain-max: 1.25
 # family: background threads
 # why: computes the reference's own answer, but from each call leaves a thread spinning for
 #   40 ms on the core the call ran on (threads inherit its pinning), then ending by itself: when
