@@ -129,7 +129,7 @@ def test_a_wide_interval_discounts_the_speedup_or_withholds_the_reward():
     withheld = make_reward("log_speedup:max_interval=0.1,noisy=0")
     assert withheld(wide) == 0.0 and withheld(tight) == pytest.approx(math.log(2.0))
     assert withheld.spec == ("log_speedup:clip=3,compile=-3,format=-3,incorrect=-3,max_interval=0.1,noisy=0,"
-                             "rejected=-3,runtime=-3")
+                             "reduced_precision=0.5,rejected=-3,runtime=-3")
     assert make_reward(withheld.spec)(wide) == 0.0
     assert "max_interval" not in make_reward("speedup").spec  # only written when set
 
@@ -162,7 +162,7 @@ def test_sol_is_half_at_the_reference_one_at_the_roofline_and_bounded():
 def test_milestone_pays_the_highest_step_reached():
     milestone = make_reward("milestone")
     assert milestone.spec == ("milestone:beyond_compile=1,compile=0,correct=0.25,eager=0.5,format=0,incorrect=0,"
-                              "margin=0.1,rejected=0,runtime=0")
+                              "margin=0.1,reduced_precision=0.5,rejected=0,runtime=0")
     with_compile = lambda speedup: milestone(Outcome("correct", speedup, compile_speedup=1.5))  # noqa: E731
     assert [with_compile(s) for s in (0.5, 1.05, 1.1, 1.6, 1.66, 9.0)] == [0.25, 0.25, 0.5, 0.5, 1.0, 1.0]
     assert milestone(correct(9.0)) == 0.5  # no compile baseline: the last step cannot be reached
@@ -171,3 +171,26 @@ def test_milestone_pays_the_highest_step_reached():
     assert custom(Outcome("correct", 1.5, compile_speedup=1.5)) == 2.0 and custom(correct(1.0)) == 0.3
     assert custom(Outcome("incorrect")) == -1.0 and custom(correct(0.9)) == 0.1
     assert Outcome.from_result({"status": "correct", "speedup": 2.0, "compile_speedup": 1.2}).compile_speedup == 1.2
+
+
+def test_a_flagged_correct_outcome_pays_its_flags_penalties():
+    """Rewards see flags: a reduced-precision answer is not paid as much as a full-precision one
+    by default, every flag's penalty can be set, and a caught hack can cost more than a failure."""
+    binary = make_reward("binary")
+    assert binary(Outcome("correct", 2.0)) == 1.0
+    assert binary(Outcome("correct", 2.0, ("reduced_precision",))) == 0.5
+    assert binary(Outcome("correct", 2.0, ("reduced_precision", "reduced_precision"))) == 0.5  # each flag once
+    strict = make_reward("speedup:custom_kernel_unused=0.25,reduced_precision=1")
+    assert strict(Outcome("correct", 3.0, ("reduced_precision", "custom_kernel_unused"))) == pytest.approx(1.75)
+    assert strict(Outcome("correct", 3.0, ("python_threads",))) == 3.0  # no penalty set for that flag
+    assert strict(Outcome("incorrect", None, ("reduced_precision",))) == 0.0  # failures pay their shaping value
+    lenient = make_reward("log_speedup:reduced_precision=0")
+    assert lenient(Outcome("correct", math.e, ("reduced_precision",))) == pytest.approx(1.0)
+    for reward in (binary, strict, lenient):  # the spec reproduces the penalties, a 0 included
+        again = make_reward(reward.spec)
+        assert again.spec == reward.spec and again.params == reward.params
+    assert make_reward("binary:rejected=-2")(Outcome("rejected")) == -2.0  # KernelGuard's blocked hack
+    with pytest.raises(RewardError):
+        make_reward("binary:reduced_precison=0.5")  # a misspelt flag is no parameter
+    with pytest.raises(RewardError):
+        make_reward("binary:reduced_precision=nan")

@@ -23,7 +23,11 @@ speedup (reference time / candidate time) of a correct candidate:
 Every reward also takes the shaping parameters, the reward of each way of failing: `format`
 (no program in the answer), `compile`, `runtime` (a crash or a timeout), `incorrect` and
 `rejected` (the referee caught a forbidden behaviour; by default no better than the worst other
-failure). Multi-turn returns are computed from per-turn rewards by `discounted_returns` (Kevin's
+failure; `rejected=-2` gives KernelGuard's penalty for a blocked hack). And a penalty per flag
+the referee can raise (named as the flag, e.g. `reduced_precision=0.5`), subtracted from a
+correct outcome's reward for each flag it carries: by default 0.5 for `reduced_precision` (a
+half-precision answer within a loosened tolerance is not paid as much as a full-precision one)
+and 0 for the others. Multi-turn returns are computed from per-turn rewards by `discounted_returns` (Kevin's
 discounted sum) and `max_reward_returns` (the best reward still reachable, as in MaxCode).
 """
 
@@ -33,6 +37,8 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from kernelopt.sandbox.results import FLAGS
 
 FAILURE_STATUSES = {
     "format_error": "format",
@@ -47,6 +53,9 @@ FAILURE_STATUSES = {
     "unscorable": "format",
 }
 SHAPING = ("format", "compile", "runtime", "incorrect", "rejected")
+# Subtracted from a correct outcome's reward for each flag it carries (a parameter named as the
+# flag).
+FLAG_PENALTIES = {flag: 0.0 for flag in sorted(FLAGS)} | {"reduced_precision": 0.5}
 # Precision: with `max_interval` set, a correct verdict whose speedup interval (relative
 # half-width p of its 95 % interval) is wider than it is discounted to s / (1 + p), or paid
 # `noisy` when that is given. Written in the spec only when set.
@@ -122,9 +131,15 @@ class RewardFunction:
             if outcome.speedup is None or not outcome.speedup > 0:
                 raise RewardError("a correct outcome needs a positive speedup")
             if "noisy" in self.params and self.too_noisy(outcome):
-                return float(self.params["noisy"])  # withheld: a fixed amount instead
-            return float(self._score(self._trusted_speedup(outcome), self.params, outcome))
+                reward = float(self.params["noisy"])  # withheld: a fixed amount instead
+            else:
+                reward = float(self._score(self._trusted_speedup(outcome), self.params, outcome))
+            return reward - self.flag_penalty(outcome)
         return float(self.params[FAILURE_STATUSES[outcome.status]])
+
+    def flag_penalty(self, outcome: Outcome) -> float:
+        """The sum of the penalties of the flags a correct outcome carries (each flag once)."""
+        return sum(self.params.get(flag, 0.0) for flag in set(outcome.flags) if flag in FLAG_PENALTIES)
 
     def too_noisy(self, outcome: Outcome) -> bool:
         """Whether `max_interval` applies to this correct outcome: its interval is wider than the
@@ -229,7 +244,7 @@ def make_reward(spec: str = "speedup") -> RewardFunction:
     if name not in _REWARDS:
         raise RewardError(f"unknown reward {name!r}: choose one of {', '.join(_REWARDS)} (see docs/rewards.md)")
     score, own, failures, group = _REWARDS[name]
-    given = _parse_params(name, text, allowed=[*own, *SHAPING, *NOISE])
+    given = _parse_params(name, text, allowed=[*own, *SHAPING, *NOISE, *FLAG_PENALTIES])
     if "noisy" in given and "max_interval" not in given:
         raise RewardError(f"reward {name}: noisy= needs max_interval= (the interval width beyond which it is paid)")
     if given.get("max_interval", 0.0) < 0:
@@ -241,6 +256,10 @@ def make_reward(spec: str = "speedup") -> RewardFunction:
     params.update({k: v for k, v in given.items() if k in SHAPING})
     if "rejected" not in given:  # a caught hack is never worth more than an honest failure
         params["rejected"] = min(params[k] for k in SHAPING)
+    penalties = {flag: given.get(flag, default) for flag, default in FLAG_PENALTIES.items()}
+    # In the spec: every penalty that is not 0, and every one whose default is not (so that a
+    # spec's `reduced_precision=0` reads back as 0, not as the default).
+    params.update({flag: penalty for flag, penalty in penalties.items() if penalty != 0 or FLAG_PENALTIES[flag] != 0})
     return RewardFunction(name, params, score, group)
 
 
