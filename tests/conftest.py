@@ -10,6 +10,23 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "level1"
 
+# Candidates for examples/level1/4_RedundantSoftmax.py, written as forward's body (tests of the
+# search, sessions and agents): broken, as fast as the reference, faster (no wasted product).
+SOFTMAX_PROGRAM = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+{body}
+"""
+SOFTMAX_BROKEN = SOFTMAX_PROGRAM.format(body="        return torch.sofmax(x, dim=-1)  # misspelt")
+SOFTMAX_EQUAL = SOFTMAX_PROGRAM.format(body="        unused = x.t() @ x\n        return torch.softmax(x, dim=-1)")
+SOFTMAX_FAST = SOFTMAX_PROGRAM.format(body="        return torch.softmax(x, dim=-1)")
+
 
 def _cuda_available() -> bool:
     try:

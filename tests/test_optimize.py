@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, SOFTMAX_BROKEN as BROKEN, SOFTMAX_EQUAL as EQUAL, SOFTMAX_FAST as FAST
 from llm_server import Reply, ScriptedLLMServer
 
 from kernelopt.cli import main
@@ -23,20 +23,6 @@ from kernelopt.cli import main
 PROBLEM = REPO / "examples" / "level1" / "4_RedundantSoftmax.py"
 QUICK_EVAL = ["--device", "cpu", "--timing-budget", "1", "--correctness-trials", "2"]
 
-PROGRAM = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-{body}
-"""
-BROKEN = PROGRAM.format(body="        return torch.sofmax(x, dim=-1)  # misspelt")
-EQUAL = PROGRAM.format(body="        unused = x.t() @ x\n        return torch.softmax(x, dim=-1)")
-FAST = PROGRAM.format(body="        return torch.softmax(x, dim=-1)")
 
 
 def answer(code: str, prose: str = "Here is my kernel.") -> str:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, SOFTMAX_EQUAL as SLOW, SOFTMAX_FAST as FAST, SOFTMAX_BROKEN as BROKEN, SOFTMAX_PROGRAM
 from llm_server import Reply, ScriptedLLMServer
 
 from kernelopt import Session, SessionError
@@ -19,21 +19,7 @@ from kernelopt.cli import main
 PROBLEM = REPO / "examples" / "level1" / "4_RedundantSoftmax.py"
 QUICK_EVAL = {"timing_budget": 1, "correctness_trials": 2}
 
-PROGRAM = """import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-{body}
-"""
-SLOW = PROGRAM.format(body="        unused = x.t() @ x\n        return torch.softmax(x, dim=-1)")
-FAST = PROGRAM.format(body="        return torch.softmax(x, dim=-1)")
-BROKEN = PROGRAM.format(body="        return torch.sofmax(x, dim=-1)  # misspelt")
-HAND = PROGRAM.format(body="        # written by hand </pre><script>alert(1)</script>\n        return torch.softmax(x, -1)")
+HAND = SOFTMAX_PROGRAM.format(body="        # written by hand </pre><script>alert(1)</script>\n        return torch.softmax(x, -1)")
 NO_CODE = "I am not sure how to make this faster."
 
 
