@@ -1,5 +1,5 @@
 """Problem health over a whole KernelBench checkout: which references no candidate can be judged
-fairly against (kernelopt/sandbox/health.py: nondeterministic, input_independent, near_constant,
+fairly against (kernelopt/sandbox/problem_health.py: nondeterministic, input_independent, near_constant,
 below_tolerance, degenerate_output, does_not_fit, reference_fails, ... whatever check_health
 returns).
 
@@ -48,7 +48,7 @@ def probe(problem, options) -> dict:
     of the reference) is reported as the flag `health_check_failed`."""
     from kernelopt.kernelbench import ProblemError
     from kernelopt.sandbox.batch import Evaluator
-    from kernelopt.sandbox.health import check_health
+    from kernelopt.sandbox.problem_health import check_health
 
     try:
         with Evaluator(problem, options, jobs=1, keep_spare=False) as evaluator:

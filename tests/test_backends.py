@@ -31,7 +31,7 @@ from kernelopt.sandbox import EvalOptions, nvrtc
 from kernelopt.sandbox.batch import Evaluator
 from kernelopt.sandbox.builds import BuildCache
 from kernelopt.sandbox.isolation import Backend, kernel_cache_environment
-from kernelopt.sandbox.labels import optimization_kinds
+from kernelopt.sandbox.kinds import optimization_kinds
 
 NONE = Backend("none", False, False, False)
 TEMPLATES = REPO / "tests" / "adversarial" / "templates"

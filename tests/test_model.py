@@ -72,7 +72,7 @@ def test_profile_text_and_bad_input(capsys, tmp_path):
 def test_extracted_problems_are_healthy_and_judge_an_exact_copy_correct(capsys, tmp_path, model, fast_options):
     from kernelopt.kernelbench import load_problem
     from kernelopt.sandbox import Evaluator
-    from kernelopt.sandbox.health import check_health
+    from kernelopt.sandbox.problem_health import check_health
 
     out = tmp_path / "spots"
     manifest = run_json(capsys, ["model", "extract", str(model), "--top", "2", "--out", str(out), "--json",

@@ -6,7 +6,7 @@ anywhere under DIR. Each verdict is appended to OUT/results.jsonl as soon as it 
 JSON object a line, flushed), so a killed run loses at most the evaluation in flight; a rerun
 with the same OUT skips every (level, problem, sample, code hash) already judged. A problem's
 outcome is its best correct sample; problems of the set without any solution count as failures.
-Before its samples, each problem's reference is checked for health (kernelopt/sandbox/health.py):
+Before its samples, each problem's reference is checked for health (kernelopt/sandbox/problem_health.py):
 flags are reported per problem in the summary's `health`, never charged to a candidate.
 With several devices (`--gpus`), problems are handed out from one queue, one at a time per
 device (runner.run_on_devices); on a Ray cluster (`pool`, kernelopt/cluster), one at a time per

@@ -4,7 +4,7 @@
   killed pass loses at most the work in flight and a rerun with the same OUT skips what is there.
 - `Progress`: one line per finished item with an ETA.
 - `run_on_devices`: problems handed out from one queue, one at a time per device (`--gpus`).
-- `check_health_once`: the reference's health (kernelopt/sandbox/health.py), probed once per
+- `check_health_once`: the reference's health (kernelopt/sandbox/problem_health.py), probed once per
   problem and kept in the log; flags are reported, never charged to a candidate.
 - `write_summary`: the summary, with the mode and the set's problems, into OUT/summary.json.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kernelopt.kernelbench import ProblemSet
 from kernelopt.sandbox import EvalOptions
-from kernelopt.sandbox.health import check_health
+from kernelopt.sandbox.problem_health import check_health
 
 
 class ResultLog:

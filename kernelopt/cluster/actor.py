@@ -51,9 +51,9 @@ class JudgeWorker:
     def judge(self, problem: Problem, options: EvalOptions, sources: list[str], jobs: int = 1,
               health: bool = False) -> dict:
         """Every source's verdict, in order, with the problem's warm Evaluator; with `health`,
-        the reference's health first (sandbox/health.py). A reference that fails is answered
+        the reference's health first (sandbox/problem_health.py). A reference that fails is answered
         as {"problem_error": message}, not raised: it is the problem's outcome."""
-        from kernelopt.sandbox.health import check_health
+        from kernelopt.sandbox.problem_health import check_health
 
         options = options.model_copy(update={"device": self.device})
         answer: dict = {"device_model": self.device_model, "node": socket.gethostname(), "pid": os.getpid()}

@@ -23,7 +23,7 @@ class KernelBackend:
     writes: str                 # what the model is an expert in writing (system prompt's first line)
     sources: str                # what the program's source strings hold
     devices: tuple[str, ...]    # device types it runs on: "cuda", "cpu"
-    kind: str                   # the optimization kind (sandbox/labels.py) of its kernels
+    kind: str                   # the optimization kind (sandbox/kinds.py) of its kernels
     modules: tuple[str, ...] = ()  # Python packages its programs import (besides torch)
     extra: str | None = None    # the kernelopt extra that installs them
     expected_format: str = ""   # the answer's format, as the completion parser reports it

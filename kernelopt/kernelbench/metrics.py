@@ -24,7 +24,7 @@ FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 @dataclass(frozen=True)
 class ProblemOutcome:
     """The best verdict for one problem: correct or not, its speedup when correct, and the
-    referee's optimization kinds for it (kernelopt/sandbox/labels.py)."""
+    referee's optimization kinds for it (kernelopt/sandbox/kinds.py)."""
 
     correct: bool
     speedup: float | None = None

@@ -549,7 +549,7 @@ def wall_clock_gap(overheads: Overheads) -> Verdict | None:
 @rule("custom_kernel_unused", status=FLAGGED, flag="custom_kernel_unused",
       family="try/except fallback to PyTorch", example="hacks/fallback_extension_built_but_unused.py")
 def custom_kernel_unused(label_flags: list[str]) -> Verdict | None:
-    """Extensions were built but the calls never went into them (sandbox/labels.py)."""
+    """Extensions were built but the calls never went into them (sandbox/kinds.py)."""
     if "custom_kernel_unused" not in label_flags:
         return None
     return _verdict("custom_kernel_unused", "built extensions went unused")

@@ -26,7 +26,7 @@ from typing import cast
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.sandbox import census, correctness, isolation, labels, profiling, rules
+from kernelopt.sandbox import census, correctness, isolation, kinds, profiling, rules
 from kernelopt.sandbox.build_serving import BuildServer
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
@@ -290,7 +290,7 @@ class CandidateSession:
         builds = source.get("builds", [])
         calls = source.get("extension_calls_total", 0)
         changed = source.get("changed_settings", [])
-        kinds, label_flags = labels.optimization_kinds(
+        found_kinds, label_flags = kinds.optimization_kinds(
             self.source, builds if isinstance(builds, list) else [], calls if isinstance(calls, int) else 0,
             changed if isinstance(changed, list) else [])
         found = self.findings.verdicts + ([verdict] if verdict is not None else [])
@@ -304,7 +304,7 @@ class CandidateSession:
             reference_ms=timing.reference_ms if timing else None, candidate_ms=timing.candidate_ms if timing else None,
             message=message.strip(), problem_name=self.problem.name, problem_hash=self.problem.content_hash,
             candidate_hash=hashlib.sha256(self.source.encode("utf-8")).hexdigest(), trials=self.trials,
-            timing=timing, checks=self.checks, flags=cast(list[Flag], all_flags), rules=fired, optimization_kinds=kinds,
+            timing=timing, checks=self.checks, flags=cast(list[Flag], all_flags), rules=fired, optimization_kinds=found_kinds,
             isolation=self._isolation(), environment=Environment(**self.environment) if self.environment else None,
             compile_log=verdict.log if verdict is not None else "",
             candidate_output=self.candidate.log_tail() if self.candidate else "",

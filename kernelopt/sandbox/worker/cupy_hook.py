@@ -28,7 +28,7 @@ _IN_PROCESS_OPTIONS = ("-rdc=true", "--relocatable-device-code=true", "-dc", "--
 
 class CupyCompiles:
     """Routes CuPy compiles to the host while `request` is set (the candidate's load); records
-    each with the extension tracker's builds (labels.py reads them) and a failure's log in its
+    each with the extension tracker's builds (kinds.py reads them) and a failure's log in its
     build log (the compile error's feedback)."""
 
     def __init__(self, tracker):

@@ -10,7 +10,7 @@ import torch
 
 from kernelopt.kernelbench import load_problem, problem_from_source
 from kernelopt.sandbox import EvalOptions, Evaluator
-from kernelopt.sandbox.health import Health, _check_spread, check_health
+from kernelopt.sandbox.problem_health import Health, _check_spread, check_health
 from kernelopt.sandbox.worker.measure import Fingerprinter
 
 TEMPLATE = '''import torch
