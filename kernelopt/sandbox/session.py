@@ -224,7 +224,7 @@ class CandidateSession:
 
     def _check_correctness(self) -> None:
         phase = correctness.TrialPhase(self.conversation, self.options, self.trial_seeds, self.expected,
-                                       self._census, self.checks)
+                                       self._census, self.checks, self.timing_cpus)
         self.trials = phase.found.trials  # kept by the result whatever the verdict
         found = correctness.check_correctness(phase, self.findings)
         self.expected, self.bytes_per_call = found.expected, found.bytes_per_call
