@@ -34,6 +34,9 @@ class Correctness:
     fresh: bool = False
     bytes_per_call: int = 1
     reduced_precision: bool = False
+    # Whether the timed calls compared in full are judged for input dependence too: when the
+    # trials found a degenerate part (the reference's outputs alone decide), or were too few to tell.
+    judge_timed_dependence: bool = True
 
 
 @dataclass
@@ -68,6 +71,7 @@ def check_correctness(phase: TrialPhase, findings: rules.Findings) -> Correctnes
     ignored = phase.dependence.verdict()
     phase.checks.append(Check(name="output_follows_input", passed=ignored is None, detail=ignored or ""))
     rules.enforce(rules.output_ignores_input(ignored))
+    found.judge_timed_dependence = phase.dependence.trials < 2 or phase.dependence.degenerate()
     rules.enforce(rules.reduced_precision(found.reduced_precision, phase.options.precision_policy), findings)
     return found
 

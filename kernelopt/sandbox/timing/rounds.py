@@ -31,7 +31,9 @@ class Timer:
     evaluation's settings, the candidate's secret random stream (inputs, placement, the sampled
     call), the cores the calls run on, the size of one call, the census, the findings; and the
     input-dependence test the timed calls compared in full feed (the same test as the trials'),
-    judged once timing is done."""
+    judged once timing is done; fed only where the trials found a degenerate output
+    (`judge_dependence`), as elsewhere it cannot fail and would cost every round a pass over the
+    output."""
 
     conversation: Conversation
     options: EvalOptions
@@ -41,6 +43,7 @@ class Timer:
     bytes_per_call: int
     census: Callable[[], None]
     findings: rules.Findings
+    judge_dependence: bool = True
     sampled_checks: int = 0
     dependence: compare.InputDependence = field(init=False)
 
@@ -184,7 +187,9 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
     census.parallelism(sides[candidate], sides[reference], timer.device, timer.findings)
     correctness.check_timed_calls(cand.calls, ref.calls, timer.options)
     timer.sampled_checks += 1
-    timer.dependence.add(*correctness.compare_sampled_call(conversation, len(inputs), timer.chooser, timer.options))
+    sampled = correctness.compare_sampled_call(conversation, len(inputs), timer.chooser, timer.options)
+    if timer.judge_dependence:
+        timer.dependence.add(*sampled)
     conversation.remember_labels(replies[candidate])
     for side, reply in ((sides[candidate], cand), (sides[reference], ref)):
         side.timer_ms = [c.ms for c in reply.calls[1:]]  # the loop's warm-up call is not timed
