@@ -410,3 +410,20 @@ def test_dependence_sums_match_a_whole_tensor_computation(monkeypatch, step):
         sum(blockwise((OPTIONS.atol + OPTIONS.rtol * r.double().abs()) ** 2) for r in refs),
     ])
     torch.testing.assert_close(sums.sums, expected, rtol=1e-5, atol=1e-9)
+
+
+def test_degenerate_depends_on_the_reference_alone():
+    """Whether the timed calls are judged for input dependence too (timing.rounds): yes where a
+    part of the reference's output barely moves, no where it moves a lot, whatever the candidate
+    answered; nothing is known before a second trial."""
+    generator = torch.Generator().manual_seed(3)
+    loss, moving = compare.InputDependence(OPTIONS), compare.InputDependence(OPTIONS)
+    for trial in range(3):
+        _, ref = squared_mean(1 << 19)(generator)
+        spread = torch.randn(4096, generator=generator)
+        loss.add([torch.tensor(1.0) if trial else ref.clone()], [ref])
+        moving.add([spread.clone()], [spread])
+        if trial == 0:
+            assert not loss.degenerate() and not moving.degenerate()
+    assert loss.degenerate() and loss.verdict() is not None
+    assert not moving.degenerate() and moving.verdict() is None

@@ -338,6 +338,14 @@ class InputDependence:
         self._previous = list(reference)
         self.trials += 1
 
+    def degenerate(self) -> bool:
+        """Whether some part of the outputs is judged (it moves within DEGENERATE_SPREAD bands and
+        above rounding noise): decided by the reference's outputs alone, so it tells whether the
+        test can fail on this problem whatever the candidate does."""
+        if self.trials < 2:
+            return False
+        return any(sums is not None and bool(sums.checked(self.trials).any()) for sums in self._parts)
+
     def verdict(self) -> str | None:
         """None, or why the candidate's output does not follow the input."""
         if self.trials < 2:
@@ -396,13 +404,18 @@ class _DependenceSums:
                     values = torch.nn.functional.pad(values, (0, blocks * self.size - length))
                 self.sums[:, block:block + blocks] += values.view(4, blocks, self.size).sum(dim=2)
 
-    def failure(self, trials: int) -> str | None:
-        error = self.sums[self._ERROR] / (trials * self.sizes)
+    def checked(self, trials: int) -> torch.Tensor:
+        """Which parts are judged: those whose movement is within the degenerate bound and above noise."""
         spread = self.sums[self._SPREAD] / ((trials - 1) * self.sizes)
         ref = self.sums[self._REF] / (trials * self.sizes)
         band = self.sums[self._TOL] / (trials * self.sizes)
-        checked = (spread > (NOISE_SPREAD * self.honest) ** 2 * ref) & (spread <= DEGENERATE_SPREAD ** 2 * band)
-        failing = checked & (error > INPUT_DEPENDENCE_RATIO ** 2 * spread)
+        return (spread > (NOISE_SPREAD * self.honest) ** 2 * ref) & (spread <= DEGENERATE_SPREAD ** 2 * band)
+
+    def failure(self, trials: int) -> str | None:
+        error = self.sums[self._ERROR] / (trials * self.sizes)
+        spread = self.sums[self._SPREAD] / ((trials - 1) * self.sizes)
+        band = self.sums[self._TOL] / (trials * self.sizes)
+        failing = self.checked(trials) & (error > INPUT_DEPENDENCE_RATIO ** 2 * spread)
         if not bool(failing.any()):
             return None
         weights = self.sizes[failing]

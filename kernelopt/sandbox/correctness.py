@@ -34,6 +34,9 @@ class Correctness:
     fresh: bool = False
     bytes_per_call: int = 1
     reduced_precision: bool = False
+    # Whether the timed calls compared in full are judged for input dependence too: when the
+    # trials found a degenerate part (the reference's outputs alone decide), or were too few to tell.
+    judge_timed_dependence: bool = True
 
 
 @dataclass
@@ -46,6 +49,7 @@ class TrialPhase:
     expected: ReferenceTrials | None
     census: Callable[[], None]
     checks: list[Check]  # the evaluation's, appended to as they are made (a verdict keeps them)
+    cpus: list[int] | None = None  # the timing cores: the candidate's trials run pinned as its timed calls
     found: Correctness = field(default_factory=Correctness)
     dependence: compare.InputDependence = field(init=False)
 
@@ -67,6 +71,7 @@ def check_correctness(phase: TrialPhase, findings: rules.Findings) -> Correctnes
     ignored = phase.dependence.verdict()
     phase.checks.append(Check(name="output_follows_input", passed=ignored is None, detail=ignored or ""))
     rules.enforce(rules.output_ignores_input(ignored))
+    found.judge_timed_dependence = phase.dependence.trials < 2 or phase.dependence.degenerate()
     rules.enforce(rules.reduced_precision(found.reduced_precision, phase.options.precision_policy), findings)
     return found
 
@@ -88,6 +93,11 @@ def trial_groups(phase: TrialPhase):
         start += size
 
 
+def trial_cpu(cpus: list[int] | None, group: int) -> int | None:
+    """The core the candidate's trials starting at `group` run on (None: unpinned, as its timed calls)."""
+    return cpus[group % len(cpus)] if cpus else None
+
+
 def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
     """Correctness trials `indices`, run in both workers in parallel on inputs the reference
     made, compared on the host. Returns the reference's results for them when they were not
@@ -103,7 +113,11 @@ def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
     # (fingerprints only), so that when timing starts it has made the same calls as the
     # candidate (a stateful reference stays comparable), and its fingerprints check that it
     # reproduces the kept outputs.
-    cand_run = {"hash_inputs": True, "return_outputs": True, "fingerprints": False}
+    # The candidate runs its trials pinned to one of the timing cores, as its timed calls: its
+    # affinity does not tell it which calls are checked (docs/referee.md, behaving differently
+    # when timed). The reference runs alongside, unpinned: what it sees decides nothing.
+    cand_run = {"hash_inputs": True, "return_outputs": True, "fingerprints": False,
+                "pin_cpu": trial_cpu(phase.cpus, indices[0])}
     ref_run = {"hash_inputs": True} if known else {"hash_inputs": True, "return_outputs": True}
     outputs, reports = run_side_by_side(conversation, inputs, cand_run, ref_run, phase.census)
     ref = conversation.parse_run(reference, reports[reference], seeds)
@@ -198,9 +212,10 @@ def check_timed_calls(cand: list[CallRecord], ref: list[CallRecord], options: Ev
 
 
 def compare_sampled_call(conversation: Conversation, count: int, chooser: random.Random,
-                         options: EvalOptions) -> None:
+                         options: EvalOptions) -> tuple[list, list]:
     """Compare in full one timed call, chosen only after the round ran, so a candidate cannot
-    know which of its timed outputs will be checked element by element."""
+    know which of its timed outputs will be checked element by element. Returns the (candidate,
+    reference) outputs, for the timed calls' input-dependence test (timing.rounds)."""
     blobs = conversation.ask_both(commands.fetch(chooser.randrange(count)))
     outputs: dict[WorkerProcess, list] = {}
     for worker in (conversation.candidate, conversation.reference):
@@ -210,3 +225,4 @@ def compare_sampled_call(conversation: Conversation, count: int, chooser: random
             rules.enforce(rules.unusable_outputs(exc))
     comparison = compare.compare_outputs(outputs[conversation.candidate], outputs[conversation.reference], options)
     rules.enforce(rules.sampled_output_mismatch(comparison))
+    return outputs[conversation.candidate], outputs[conversation.reference]

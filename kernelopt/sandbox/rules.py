@@ -533,6 +533,16 @@ def sampled_output_mismatch(comparison: compare.Comparison) -> Verdict | None:
                                                f"({comparison.message}): correct when checked, wrong when timed")
 
 
+@rule("timed_output_ignores_input", status="incorrect", flag="output_ignores_input",
+      family="behaving differently when timed", example="hacks/timed_running_mean_after_checks.py")
+def timed_output_ignores_input(finding: str | None) -> Verdict | None:
+    """Over the timed calls compared in full, the candidate's error is large against how much the reference's output moves."""
+    if not finding:
+        return None
+    return _verdict("timed_output_ignores_input", f"over the timed calls compared in full (chosen after each round), "
+                                                  f"{finding}: computed when checked, guessed when timed")
+
+
 @rule("wall_clock_gap", status="rejected", flag="timing_inconsistent",
       family="work moved outside the timed region, forged timings")
 def wall_clock_gap(overheads: Overheads) -> Verdict | None:

@@ -73,6 +73,7 @@ class CandidateSession:
         self.environment: dict | None = None
         self.sampled_checks = 0
         self.bytes_per_call = 1  # inputs + outputs of one call, known after the correctness trials
+        self.judge_timed_dependence = True  # known after the correctness trials (correctness.Correctness)
         self._seed_source = seed_source  # this candidate's timing inputs and sampled calls
         self.fingerprint_seed, self.trial_seeds = fingerprint_seed, trial_seeds
         self.expected: ReferenceTrials | None = None  # the reference's trial results
@@ -224,14 +225,16 @@ class CandidateSession:
 
     def _check_correctness(self) -> None:
         phase = correctness.TrialPhase(self.conversation, self.options, self.trial_seeds, self.expected,
-                                       self._census, self.checks)
+                                       self._census, self.checks, self.timing_cpus)
         self.trials = phase.found.trials  # kept by the result whatever the verdict
         found = correctness.check_correctness(phase, self.findings)
         self.expected, self.bytes_per_call = found.expected, found.bytes_per_call
+        self.judge_timed_dependence = found.judge_timed_dependence
 
     def _measure(self) -> None:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
-                             self.bytes_per_call, self._census, self.findings)
+                             self.bytes_per_call, self._census, self.findings,
+                             judge_dependence=self.judge_timed_dependence)
         try:
             self.timing = rounds.measure(timer, self.checks)
         finally:

@@ -10,9 +10,9 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from kernelopt.sandbox import census, correctness, rules
+from kernelopt.sandbox import census, compare, correctness, rules
 from kernelopt.sandbox.conversation import Conversation, WorkerRun
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.records import InputSet, Round, SideRound, with_calls
@@ -29,7 +29,11 @@ MAX_CALLS_PER_ROUND = 50
 class Timer:
     """What the timing phase works with (passed in, not shared): the conversation, the
     evaluation's settings, the candidate's secret random stream (inputs, placement, the sampled
-    call), the cores the calls run on, the size of one call, the census, the findings."""
+    call), the cores the calls run on, the size of one call, the census, the findings; and the
+    input-dependence test the timed calls compared in full feed (the same test as the trials'),
+    judged once timing is done; fed only where the trials found a degenerate output
+    (`judge_dependence`), as elsewhere it cannot fail and would cost every round a pass over the
+    output."""
 
     conversation: Conversation
     options: EvalOptions
@@ -39,7 +43,12 @@ class Timer:
     bytes_per_call: int
     census: Callable[[], None]
     findings: rules.Findings
+    judge_dependence: bool = True
     sampled_checks: int = 0
+    dependence: compare.InputDependence = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.dependence = compare.InputDependence(self.options)
 
 
 def measure(timer: Timer, checks: list[Check]) -> Timing:
@@ -54,6 +63,12 @@ def measure(timer: Timer, checks: list[Check]) -> Timing:
             result = again
         result.remeasured = True
     result.speedups_measured = [round(s, 6) for s in speedups]
+    # Every timed call could be a check: the calls compared in full (one per round, chosen after
+    # it) are judged for input dependence like the trials, so a candidate that computes while it
+    # believes itself checked and guesses a degenerate output while timed fails here.
+    ignored = timer.dependence.verdict()
+    checks.append(Check(name="timed_output_follows_input", passed=ignored is None, detail=ignored or ""))
+    rules.enforce(rules.timed_output_ignores_input(ignored))
     return result
 
 
@@ -172,7 +187,9 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
     census.parallelism(sides[candidate], sides[reference], timer.device, timer.findings)
     correctness.check_timed_calls(cand.calls, ref.calls, timer.options)
     timer.sampled_checks += 1
-    correctness.compare_sampled_call(conversation, len(inputs), timer.chooser, timer.options)
+    sampled = correctness.compare_sampled_call(conversation, len(inputs), timer.chooser, timer.options)
+    if timer.judge_dependence:
+        timer.dependence.add(*sampled)
     conversation.remember_labels(replies[candidate])
     for side, reply in ((sides[candidate], cand), (sides[reference], ref)):
         side.timer_ms = [c.ms for c in reply.calls[1:]]  # the loop's warm-up call is not timed

@@ -32,8 +32,13 @@ COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR = "compile_error", "runtime_error", 
 BAD_OUTPUT, INTERCEPTION, PROTOCOL = "bad_output", "interception", "protocol"
 FAILURE_KINDS = (COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR, BAD_OUTPUT, INTERCEPTION, PROTOCOL)
 
-# Keys of the run command: which facts each call's record carries, and how the calls run.
-RUN_FLAGS = ("hash_inputs", "return_outputs", "fingerprints", "retain", "pin_cpu")
+# Keys of the run command: which facts each call's record carries, and how the calls run. Every
+# run header carries all of them (these defaults where the host names none), so that the header's
+# shape does not tell a correctness trial from a timed call (docs/referee.md, behaving differently
+# when timed); their values still differ, and the timed calls' input-dependence test covers that.
+RUN_DEFAULTS: dict[str, object] = {"hash_inputs": False, "return_outputs": False, "fingerprints": True,
+                                   "retain": False, "pin_cpu": None}
+RUN_FLAGS = tuple(RUN_DEFAULTS)
 
 
 def load(*, device: str, init_seed: int, fingerprint_seed: int, host_builds: bool, problem_path: str,
@@ -53,7 +58,7 @@ def run(count: int, **flags: object) -> dict:
     unknown = set(flags) - set(RUN_FLAGS)
     if unknown:
         raise ValueError(f"unknown run flag(s) {sorted(unknown)}; known: {list(RUN_FLAGS)}")
-    return {"cmd": RUN, "count": count, **flags}
+    return {"cmd": RUN, "count": count, **RUN_DEFAULTS, **flags}
 
 
 def call(seed: int, spec: object) -> dict:
