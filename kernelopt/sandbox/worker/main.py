@@ -202,7 +202,7 @@ class Worker:
         self.tracker = ExtensionTracker()
         self.cupy = CupyCompiles(self.tracker)  # CuPy's compiles go to the host too (cupy_hook.py)
         self.settings_at_start = {}
-        self.retained: list[tuple] = []  # the last round's kept copies as bytes (measure.snapshot), for `fetch`
+        self.retained: list[tuple] = []  # the last round's kept copies as bytes (measure.copy_outputs), for `fetch`
         self.loads = 0
         self.inputs_map = None  # the host's input slot (shared memory), when it gave one
         self.load_message: dict = {}  # the last `load`, for the profiling pass's child process
@@ -342,7 +342,7 @@ class Worker:
                 if hash_inputs:
                     with _harness_only():
                         record["inputs_before"] = measure.digest(inputs)
-                event_ms, host_ms, kept, aliased, shape = self._call(inputs)
+                event_ms, host_ms, kept, taken, aliased, shape = self._call(inputs)
                 with _harness_only():
                     record.update(ms=event_ms, host_ms=host_ms, aliases_input=aliased, structure=shape,
                                   meta=[[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
@@ -352,9 +352,9 @@ class Worker:
                     if fingerprints:
                         record["fingerprints"] = [self._fingerprint(t) for t in kept]
                     blob = [measure.serialize(kept)] if msg.get("return_outputs") else []
-                    if retain:  # inside the call's bracket: what `fetch` sends is what was fingerprinted
-                        kept_all.append(measure.snapshot(kept))
-                del inputs, kept
+                if retain:  # taken inside the call's bracket: what `fetch` sends is what was fingerprinted
+                    kept_all.append(taken)
+                del inputs, kept, taken
                 wire.write_frame(self.out_fd, {"ok": True, "called": index, "record": record}, blob)
         report, _ = self.reader.read()
         if report.get("cmd") != commands.REPORT:
@@ -391,9 +391,9 @@ class Worker:
         except transfer.TransferError as exc:
             raise WorkerFailure("protocol", str(exc)) from None
 
-    def _call(self, inputs) -> tuple[float, float, list, bool, str]:
-        """One timed forward: (event ms, host ms, copied outputs, whether outputs alias inputs,
-        the output's structure). Before the harness touches anything after the call, it checks
+    def _call(self, inputs) -> tuple[float, float, list, tuple, bool, str]:
+        """One timed forward: (event ms, host ms, copied outputs, their snapshot as bytes,
+        whether outputs alias inputs, the output's structure). Before the harness touches anything after the call, it checks
         that nothing intercepts tensor operations (modes, profile and trace functions), that
         the outputs are plain, dense tensors, and that its own list of the call's inputs still
         holds only plain tensors and scalars (the program can reach that list through frames or
@@ -418,9 +418,9 @@ class Worker:
             except measure.OutputError as exc:
                 raise WorkerFailure("bad_output", str(exc)) from None
             aliased = measure.aliases(outputs, inputs)
-            kept = measure.copy_outputs(outputs)
+            kept, taken = measure.copy_outputs(outputs)
             self.timer.drain()
-        return event_ms, host_ms, kept, aliased, shape
+        return event_ms, host_ms, kept, taken, aliased, shape
 
     def _check_harness_objects(self, obj, what: str) -> None:
         from . import measure

@@ -11,6 +11,7 @@ import io
 import math
 import random
 import time
+import warnings
 
 import torch
 
@@ -36,6 +37,8 @@ class HarnessObjectError(ValueError):
     copies, caches) is not the plain object the harness made: the program replaced or changed it."""
 
 
+# The kept copies are tensors over immutable bytes that only the harness reads.
+warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
 _ALL_DTYPES = {str(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 _SCALAR_TYPES = (int, float, bool, complex, str, type(None))
 _python_key = torch._C.DispatchKey.Python
@@ -230,11 +233,38 @@ def _summaries(x: torch.Tensor, w: torch.Tensor, max_blocks: int) -> tuple[list[
     return values[:4], values[4:4 + count], values[4 + count:]
 
 
-def copy_outputs(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Fresh copies of the (checked, plain) outputs. Always freshly allocated: a buffer kept
-    from an earlier call is within the program's reach (gc, frames) and could have been
-    replaced by an object whose `copy_` runs its code, so none is reused."""
-    return [t.detach().clone(memory_format=torch.contiguous_format) for t in outputs]
+def copy_outputs(outputs: list[torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
+    """Fresh copies of the (checked, plain) outputs, and their snapshot (see `serialize_snapshot`). Always
+    freshly allocated: a buffer kept from an earlier call is within the program's reach (gc,
+    frames) and could have been replaced by an object whose `copy_` runs its code, so none is
+    reused. On the CPU the copy is the snapshot's bytes themselves (one copy, not two); on a
+    device it is a device copy, and the snapshot a transfer of it."""
+    kept, taken = [], []
+    for t in outputs:
+        if t.device.type != "cpu":
+            copy = t.detach().clone(memory_format=torch.contiguous_format)
+            kept.append(copy)
+            taken.append(_take(copy))
+            continue
+        entry = _take(t)
+        taken.append(entry)
+        kept.append(_rebuild(entry))
+    return kept, tuple(taken)
+
+
+def _take(t: torch.Tensor) -> tuple:
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return str(t.dtype), tuple(t.shape), raw
+
+
+def _rebuild(entry: tuple) -> torch.Tensor:
+    """A plain CPU tensor over a snapshot entry's bytes (read only by the harness)."""
+    dtype_name, shape, raw = entry
+    dtype = _ALL_DTYPES[dtype_name]
+    if not raw:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
 def serialize(tensors: list[torch.Tensor]) -> bytes:
@@ -244,22 +274,13 @@ def serialize(tensors: list[torch.Tensor]) -> bytes:
     return buffer.getvalue()
 
 
-def snapshot(tensors: list[torch.Tensor]) -> tuple:
-    """The kept copies' values as immutable bytes, taken inside the call's bracket right after
-    they are fingerprinted: ((dtype name, shape, bytes), ...). `fetch` serializes exactly these,
-    so what the host compares in full is what was fingerprinted, whatever the program does to
-    the worker's objects later."""
-    taken = []
-    for t in tensors:
-        flat = t.detach().to("cpu").contiguous().reshape(-1)
-        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
-        taken.append((str(t.dtype), tuple(t.shape), raw))
-    return tuple(taken)
-
-
 def serialize_snapshot(taken) -> bytes:
     """A snapshot's tensors saved as `serialize` saves them, rebuilt by the harness from the
-    bytes after checking that the snapshot is one `snapshot` made (exact types only)."""
+    bytes after checking that the snapshot is one `copy_outputs` made (exact types only).
+
+    A snapshot is the kept copies' values as immutable bytes, taken inside the call's bracket
+    with the copy that is fingerprinted: ((dtype name, shape, bytes), ...). `fetch` serializes
+    exactly these, so what the host compares in full is what was fingerprinted."""
     if type(taken) is not tuple:
         raise HarnessObjectError("a kept copy was replaced")
     tensors = []
@@ -267,15 +288,10 @@ def serialize_snapshot(taken) -> bytes:
         if type(entry) is not tuple or len(entry) != 3:
             raise HarnessObjectError("a kept copy was replaced")
         dtype_name, shape, raw = entry
-        dtype = _ALL_DTYPES.get(dtype_name) if type(dtype_name) is str else None
-        if dtype is None or type(raw) is not bytes or type(shape) is not tuple or \
-                any(type(n) is not int for n in shape):
+        if type(dtype_name) is not str or dtype_name not in _ALL_DTYPES or type(raw) is not bytes or \
+                type(shape) is not tuple or any(type(n) is not int for n in shape):
             raise HarnessObjectError("a kept copy was replaced")
-        if raw:
-            flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
-        else:
-            flat = torch.empty(0, dtype=dtype)
-        tensors.append(flat.reshape(shape))
+        tensors.append(_rebuild(entry).clone())
     return serialize(tensors)
 
 
