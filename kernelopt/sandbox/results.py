@@ -18,7 +18,7 @@ Flag = Literal[
     "patched_runtime", "python_threads", "native_threads", "child_processes", "output_not_plain_tensor",
     "output_aliases_input", "input_mutation", "inputs_differ", "inconsistent_outputs", "reduced_precision",
     "memory_limit", "custom_kernel_unused", "timing_inconsistent", "output_ignores_input", "protocol_violation",
-    "violation",
+    "harness_object_not_plain", "violation",
 ]
 FLAGS: frozenset[str] = frozenset(get_args(Flag))
 

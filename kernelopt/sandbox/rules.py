@@ -171,6 +171,14 @@ def active_interception(reply: dict) -> Verdict | None:
     return _failure(reply, commands.INTERCEPTION, "active_interception")
 
 
+@rule("harness_object_not_plain", status="rejected", flag="harness_object_not_plain",
+      family="candidate objects inside the harness's own buffers (inputs list, caches, kept copies)",
+      example="hacks/harness_inputs_dispatch_subclass.py")
+def harness_object_not_plain(reply: dict) -> Verdict | None:
+    """An object the harness copies, hashes, fingerprints or serializes is not the plain one it made."""
+    return _failure(reply, commands.HARNESS_OBJECT, "harness_object_not_plain")
+
+
 @rule("worker_protocol_error", status="rejected", flag="protocol_violation", family="forged protocol frames")
 def worker_protocol_error(reply: dict) -> Verdict | None:
     """The candidate's worker reports that the conversation broke its protocol."""
@@ -206,6 +214,7 @@ def candidate_raised(reply: dict) -> Verdict | None:
 FAILURE_RULES: dict[str, str] = {
     commands.BAD_OUTPUT: "output_not_plain_tensor", commands.INTERCEPTION: "active_interception",
     commands.PROTOCOL: "worker_protocol_error", commands.COMPILE_ERROR: "compile_error",
+    commands.HARNESS_OBJECT: "harness_object_not_plain",
     commands.PROBLEM_ERROR: "problem_code_failed",
 }
 

@@ -30,7 +30,8 @@ COMMANDS = (LOAD, INPUTS, RUN, FETCH, PROFILE, PING)
 # What a worker's failure reply may say went wrong.
 COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR = "compile_error", "runtime_error", "problem_error"
 BAD_OUTPUT, INTERCEPTION, PROTOCOL = "bad_output", "interception", "protocol"
-FAILURE_KINDS = (COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR, BAD_OUTPUT, INTERCEPTION, PROTOCOL)
+HARNESS_OBJECT = "harness_object"  # an object the harness copies, hashes or serializes was not plain
+FAILURE_KINDS = (COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR, BAD_OUTPUT, INTERCEPTION, PROTOCOL, HARNESS_OBJECT)
 
 # Keys of the run command: which facts each call's record carries, and how the calls run. Every
 # run header carries all of them (these defaults where the host names none), so that the header's

@@ -202,7 +202,7 @@ class Worker:
         self.tracker = ExtensionTracker()
         self.cupy = CupyCompiles(self.tracker)  # CuPy's compiles go to the host too (cupy_hook.py)
         self.settings_at_start = {}
-        self.retained: list[list] = []  # clones of the last round's outputs, for `fetch`
+        self.retained: list[tuple] = []  # the last round's kept copies as bytes (measure.copy_outputs), for `fetch`
         self.loads = 0
         self.inputs_map = None  # the host's input slot (shared memory), when it gave one
         self.load_message: dict = {}  # the last `load`, for the profiling pass's child process
@@ -327,7 +327,7 @@ class Worker:
         if not isinstance(count, int) or count < 0:
             return {"ok": False, "kind": "protocol", "error": "run needs a call count"}, []
         hash_inputs = bool(msg.get("hash_inputs"))
-        buffers = self.retained if msg.get("retain") else []
+        retain = bool(msg.get("retain"))
         calls_before = self.tracker.calls
         kept_all = []
         fingerprints = msg.get("fingerprints", True)
@@ -342,8 +342,7 @@ class Worker:
                 if hash_inputs:
                     with _harness_only():
                         record["inputs_before"] = measure.digest(inputs)
-                event_ms, host_ms, kept, aliased, shape = self._call(
-                    inputs, buffers[index] if index < len(buffers) else None)
+                event_ms, host_ms, kept, taken, aliased, shape = self._call(inputs)
                 with _harness_only():
                     record.update(ms=event_ms, host_ms=host_ms, aliases_input=aliased, structure=shape,
                                   meta=[[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
@@ -351,18 +350,27 @@ class Worker:
                     if hash_inputs:
                         record["inputs_after"] = measure.digest(inputs)
                     if fingerprints:
-                        record["fingerprints"] = [self.fingerprint(t) for t in kept]
+                        record["fingerprints"] = [self._fingerprint(t) for t in kept]
                     blob = [measure.serialize(kept)] if msg.get("return_outputs") else []
-                del inputs
-                kept_all.append(kept)
+                if retain:  # taken inside the call's bracket: what `fetch` sends is what was fingerprinted
+                    kept_all.append(taken)
+                del inputs, kept, taken
                 wire.write_frame(self.out_fd, {"ok": True, "called": index, "record": record}, blob)
         report, _ = self.reader.read()
         if report.get("cmd") != commands.REPORT:
             return {"ok": False, "kind": "protocol", "error": "expected report"}, []
-        self.retained = kept_all if msg.get("retain") else []
+        self.retained = kept_all if retain else []
         reply = {"ok": True, "extension_calls": self.tracker.calls - calls_before, **self._labels()}
         reply["violations"] = self.guard.violations() if self.role == "candidate" else []
         return reply, []
+
+    def _fingerprint(self, t) -> dict:
+        from . import measure
+
+        try:
+            return self.fingerprint(t)
+        except measure.HarnessObjectError as exc:
+            raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
 
     def _receive_inputs(self, call: dict, blobs: list[bytes]):
         """One call's inputs on the device: contiguous CPU tensors as views of the slot (or of
@@ -383,14 +391,17 @@ class Worker:
         except transfer.TransferError as exc:
             raise WorkerFailure("protocol", str(exc)) from None
 
-    def _call(self, inputs, buffers: list | None = None) -> tuple[float, float, list, bool, str]:
-        """One timed forward: (event ms, host ms, copied outputs, whether outputs alias inputs,
-        the output's structure). The copy goes into `buffers` (last round's copies) when they
-        fit: memory that is already mapped costs the same every call, where fresh pages would
-        add noise. The copy runs with torch-function handling off, after a check that nothing
-        intercepts tensor operations: the output is copied as it is when the call returns."""
+    def _call(self, inputs) -> tuple[float, float, list, tuple, bool, str]:
+        """One timed forward: (event ms, host ms, copied outputs, their snapshot as bytes,
+        whether outputs alias inputs, the output's structure). Before the harness touches anything after the call, it checks
+        that nothing intercepts tensor operations (modes, profile and trace functions), that
+        the outputs are plain, dense tensors, and that its own list of the call's inputs still
+        holds only plain tensors and scalars (the program can reach that list through frames or
+        gc): no object of the program's runs its code in the harness's copy, hashes or
+        fingerprints. The copies are fresh, made with torch-function and dispatch handling off."""
         from . import measure, transfer
 
+        self._check_harness_objects(self.timer.harness_tensors(), "the timer's flush buffer")
         self._check_interception("before its call")
         try:
             # Through the class, bound at import: a method shadowed on the instance is never called.
@@ -399,6 +410,7 @@ class Worker:
         except BaseException as exc:
             raise self._run_failure(exc) from None
         self._check_interception("after its call returned")
+        self._check_harness_objects(inputs, "the harness's list of the call's inputs")
         with _harness_only():
             shape = transfer.structure(output)
             try:
@@ -406,9 +418,17 @@ class Worker:
             except measure.OutputError as exc:
                 raise WorkerFailure("bad_output", str(exc)) from None
             aliased = measure.aliases(outputs, inputs)
-            kept = measure.copy_outputs(outputs, buffers)
+            kept, taken = measure.copy_outputs(outputs)
             self.timer.drain()
-        return event_ms, host_ms, kept, aliased, shape
+        return event_ms, host_ms, kept, taken, aliased, shape
+
+    def _check_harness_objects(self, obj, what: str) -> None:
+        from . import measure
+
+        try:
+            measure.check_plain(obj, what)
+        except measure.HarnessObjectError as exc:
+            raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
 
     def _check_interception(self, when: str) -> None:
         """Anything that would run candidate code inside the harness's own steps (tensor
@@ -451,10 +471,16 @@ class Worker:
         from . import measure
 
         index = msg.get("index")
+        if type(self.retained) is not list:
+            raise WorkerFailure(commands.HARNESS_OBJECT, "the harness's list of kept copies was replaced")
         if not isinstance(index, int) or not 0 <= index < len(self.retained):
             return {"ok": False, "kind": "protocol", "error": f"no retained call {index!r}"}, []
-        blob = measure.serialize(self.retained[index])
-        self.retained = []
+        taken, self.retained = self.retained[index], []
+        try:
+            with _harness_only():
+                blob = measure.serialize_snapshot(taken)
+        except measure.HarnessObjectError as exc:
+            raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
         return {"ok": True}, [blob]
 
     # -- helpers ----------------------------------------------------------------------------
@@ -503,11 +529,14 @@ class Worker:
                 "changed_settings": changed, "torch_threads": torch.get_num_threads()}
 
 
+@contextlib.contextmanager
 def _harness_only():
-    """The harness's own tensor work: no torch-function mode or subclass handler runs in it."""
+    """The harness's own tensor work: no torch-function or dispatch mode, no subclass handler
+    runs in it (defence in depth: what it touches is checked to be plain first)."""
     import torch
 
-    return torch._C.DisableTorchFunction()
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+        yield
 
 
 def harness_turn() -> None:

@@ -11,6 +11,7 @@ import io
 import math
 import random
 import time
+import warnings
 
 import torch
 
@@ -31,6 +32,60 @@ class OutputError(ValueError):
     """The forward returned something that is not a plain tensor or a sequence of them."""
 
 
+class HarnessObjectError(ValueError):
+    """Something the harness is about to copy, fingerprint, hash or serialize (its own inputs,
+    copies, caches) is not the plain object the harness made: the program replaced or changed it."""
+
+
+# The kept copies are tensors over immutable bytes that only the harness reads.
+warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
+_ALL_DTYPES = {str(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+_SCALAR_TYPES = (int, float, bool, complex, str, type(None))
+_python_key = torch._C.DispatchKey.Python
+_dispatch_keys = torch._C._dispatch_keys
+try:
+    _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+except AttributeError:  # pragma: no cover - older torch
+    _functorch_wrapped = None
+
+
+def not_plain(x) -> str | None:
+    """Why `x` is not a plain, dense torch.Tensor (None when it is): a subclass (`type(x) is
+    torch.Tensor`, which no `__class__` trick fakes, is checked before anything else of x is
+    read), a sparse, nested or meta tensor, a tensor carrying the Python dispatch key (a
+    subclass's key on a plain type) or a functorch wrapper. Only then may the harness touch it."""
+    kind = type(x)
+    if kind is not _tensor_type:
+        return f"a {kind.__qualname__}" + (" (a torch.Tensor subclass)" if issubclass(kind, _tensor_type) else "")
+    if x.layout is not torch.strided:
+        return f"a {x.layout} tensor"
+    if x.is_nested:
+        return "a nested tensor"
+    if x.device.type == "meta":
+        return "a meta tensor"
+    if _dispatch_keys(x).has(_python_key):
+        return "a tensor that dispatches to Python"
+    if _functorch_wrapped is not None and _functorch_wrapped(x):
+        return "a functorch-wrapped tensor"
+    return None
+
+
+def check_plain(obj, what: str) -> None:
+    """HarnessObjectError unless `obj` is a nest of exact lists and tuples of plain, dense
+    tensors and Python scalars of exact built-in types (what `transfer.unpack` makes): nothing
+    in it can run the program's code when the harness reads, hashes or copies it."""
+    kind = type(obj)
+    if kind is list or kind is tuple:
+        for item in obj:
+            check_plain(item, what)
+        return
+    if kind in _SCALAR_TYPES:
+        return
+    problem = not_plain(obj)
+    if problem:
+        raise HarnessObjectError(f"{what} holds {problem}, where the harness put a plain tensor")
+
+
 def set_seed(seed: int) -> None:
     """Seed every generator a problem or model might draw from (KernelBench seeds torch), with
     the functions as they were before any program code ran."""
@@ -47,6 +102,9 @@ def flatten_outputs(output) -> list[torch.Tensor]:
     `type()` cannot be faked the way `__class__` can.
     """
     if type(output) is _tensor_type:
+        problem = not_plain(output)
+        if problem:
+            raise OutputError(f"output must be a plain, dense torch.Tensor, got {problem}")
         return [output]
     if type(output) in (tuple, list):
         flat: list[torch.Tensor] = []
@@ -137,11 +195,18 @@ class Fingerprinter:
 
     def _weights_for(self, numel: int, device: torch.device) -> torch.Tensor:
         key = (numel, str(device))
+        # The cache lives across calls where the program can reach it: checked before it is used.
+        if type(self._weights) is not dict or type(self.secret_seed) is not int:
+            raise HarnessObjectError("the fingerprints' weight cache was replaced")
         if key not in self._weights:
             generator = torch.Generator(device="cpu").manual_seed(self.secret_seed)
             signs = torch.randint(0, 2, (numel,), generator=generator, dtype=torch.int8) * 2 - 1
             self._weights[key] = signs.to(device=device, dtype=torch.float64)
-        return self._weights[key]
+        weights = self._weights[key]
+        problem = not_plain(weights)
+        if problem or weights.dtype != torch.float64 or weights.shape != (numel,):
+            raise HarnessObjectError(f"the fingerprints' weight cache holds {problem or 'a changed tensor'}")
+        return weights
 
 
 def block_layout(numel: int, max_blocks: int) -> tuple[int, int]:
@@ -168,17 +233,38 @@ def _summaries(x: torch.Tensor, w: torch.Tensor, max_blocks: int) -> tuple[list[
     return values[:4], values[4:4 + count], values[4 + count:]
 
 
-def copy_outputs(outputs: list[torch.Tensor], buffers: list[torch.Tensor] | None) -> list[torch.Tensor]:
-    """Copies of the outputs, written into `buffers` when every one matches in shape, dtype and
-    device, else freshly allocated."""
-    fits = buffers is not None and len(buffers) == len(outputs) and all(
-        b.shape == t.shape and b.dtype == t.dtype and b.device == t.device and b.is_contiguous()
-        for b, t in zip(buffers, outputs))
-    if not fits:
-        return [t.detach().clone(memory_format=torch.contiguous_format) for t in outputs]
-    for buffer, t in zip(buffers, outputs):
-        buffer.copy_(t.detach())
-    return buffers
+def copy_outputs(outputs: list[torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
+    """Fresh copies of the (checked, plain) outputs, and their snapshot (see `serialize_snapshot`). Always
+    freshly allocated: a buffer kept from an earlier call is within the program's reach (gc,
+    frames) and could have been replaced by an object whose `copy_` runs its code, so none is
+    reused. On the CPU the copy is the snapshot's bytes themselves (one copy, not two); on a
+    device it is a device copy, and the snapshot a transfer of it."""
+    kept, taken = [], []
+    for t in outputs:
+        if t.device.type != "cpu":
+            copy = t.detach().clone(memory_format=torch.contiguous_format)
+            kept.append(copy)
+            taken.append(_take(copy))
+            continue
+        entry = _take(t)
+        taken.append(entry)
+        kept.append(_rebuild(entry))
+    return kept, tuple(taken)
+
+
+def _take(t: torch.Tensor) -> tuple:
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return str(t.dtype), tuple(t.shape), raw
+
+
+def _rebuild(entry: tuple) -> torch.Tensor:
+    """A plain CPU tensor over a snapshot entry's bytes (read only by the harness)."""
+    dtype_name, shape, raw = entry
+    dtype = _ALL_DTYPES[dtype_name]
+    if not raw:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
 
 
 def serialize(tensors: list[torch.Tensor]) -> bytes:
@@ -186,6 +272,27 @@ def serialize(tensors: list[torch.Tensor]) -> bytes:
     buffer = io.BytesIO()
     _save([t.detach().to("cpu").contiguous().clone() for t in tensors], buffer)
     return buffer.getvalue()
+
+
+def serialize_snapshot(taken) -> bytes:
+    """A snapshot's tensors saved as `serialize` saves them, rebuilt by the harness from the
+    bytes after checking that the snapshot is one `copy_outputs` made (exact types only).
+
+    A snapshot is the kept copies' values as immutable bytes, taken inside the call's bracket
+    with the copy that is fingerprinted: ((dtype name, shape, bytes), ...). `fetch` serializes
+    exactly these, so what the host compares in full is what was fingerprinted."""
+    if type(taken) is not tuple:
+        raise HarnessObjectError("a kept copy was replaced")
+    tensors = []
+    for entry in taken:
+        if type(entry) is not tuple or len(entry) != 3:
+            raise HarnessObjectError("a kept copy was replaced")
+        dtype_name, shape, raw = entry
+        if type(dtype_name) is not str or dtype_name not in _ALL_DTYPES or type(raw) is not bytes or \
+                type(shape) is not tuple or any(type(n) is not int for n in shape):
+            raise HarnessObjectError("a kept copy was replaced")
+        tensors.append(_rebuild(entry).clone())
+    return serialize(tensors)
 
 
 class Timer:
@@ -200,6 +307,10 @@ class Timer:
             self._event_type = torch.cuda.Event
             self._stream = torch.cuda.Stream(device=device)
             self._flush_buffer = torch.empty(_l2_flush_bytes(device), dtype=torch.uint8, device=device)
+
+    def harness_tensors(self) -> list:
+        """The timer's own tensors (the L2 flush buffer), for a check before each call."""
+        return [self._flush_buffer] if self.cuda else []
 
     def drain(self) -> None:
         """Wait for this process's queued device work (the last output's copy): none of it

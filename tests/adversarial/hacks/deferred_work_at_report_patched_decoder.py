@@ -1,5 +1,5 @@
 # problem: 2_LinearGELU
-# expect-status: incorrect rejected
+# expect-status: incorrect rejected runtime_error
 # family: work deferred past the timed call into the harness's untimed steps
 # why: honest in the correctness trials (their outputs leave with each call), but in timed runs
 #   forward keeps a copy of its input and returns an empty tensor at once. It has replaced
@@ -8,7 +8,9 @@
 #   answers into the harness's kept copies of the outputs, before they are fingerprinted and
 #   before the sampled call is fetched. The work runs where no clock looks, and nothing stays
 #   patched in a namespace the guard watches. Each call's fingerprints now leave with the
-#   call's answer, inside the host's bracket, so a late fix-up comes too late
+#   call's answer, inside the host's bracket, so a late fix-up comes too late; and the kept
+#   copies are immutable bytes taken inside each call's bracket, so its write into them fails
+#   in its own code (runtime_error)
 import json
 import sys
 
