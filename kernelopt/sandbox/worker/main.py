@@ -28,6 +28,8 @@ import traceback
 
 from . import commands, wire
 from .cupy_hook import CupyCompiles
+from .extensions import ExtensionTracker
+from .settings import environment, library_settings, prepare_process, probe_cuda_driver
 
 _perf_ns = time.perf_counter_ns
 _getprofile, _gettrace = sys.getprofile, sys.gettrace
@@ -51,141 +53,6 @@ class WorkerFailure(Exception):
         self.log = log
 
 
-class ExtensionTracker:
-    """Wraps torch's extension builders to label what the candidate builds and calls.
-
-    The wrappers record build attempts and failures (a failed build is a compile error, with
-    its log) and hand back the built module behind a proxy that counts calls, so the referee
-    can tell a custom kernel that runs from one that is built and then bypassed.
-    """
-
-    def __init__(self):
-        self.builds: list[dict] = []
-        self.calls = 0
-        self.build_log = ""
-        # Set when the host builds extensions (see builds.py): sends a request, returns the reply.
-        self.request_build = None
-        self.installed = False
-        self.delivered: dict[str, str] = {}  # extension name -> the library the host built (for profiling)
-
-    def install(self) -> None:
-        from torch.utils import cpp_extension
-
-        self.installed = True
-        for name in ("load_inline", "load"):
-            original = getattr(cpp_extension, name)
-            setattr(cpp_extension, name, self._wrap_builder(name, original))
-
-    def _wrap_builder(self, builder_name, original):
-        tracker = self
-
-        def build(*args, **kwargs):
-            record = {
-                "builder": builder_name,
-                "name": kwargs.get("name", args[0] if args else "?"),
-                "cuda": bool(kwargs.get("cuda_sources") or (len(args) > 2 and args[2])
-                             or any(str(s).endswith(".cu") for s in kwargs.get("sources", []) or [])),
-                "ok": False,
-            }
-            tracker.builds.append(record)
-            try:
-                request = _build_request(builder_name, original, args, kwargs)
-                if request is not None and tracker.request_build is not None:
-                    module = tracker.build_on_host(request, record)
-                else:
-                    module = original(*args, **kwargs)
-            except BaseException as exc:
-                tracker.build_log += f"{type(exc).__name__}: {exc}\n"
-                raise
-            record["ok"] = True
-            return _CountingModule(module, tracker)
-
-        build.__wrapped__ = original
-        return build
-
-    def build_on_host(self, request: dict, record: dict):
-        """Ask the host for the build; load the library it hands back."""
-        import importlib.util
-
-        reply = self.request_build(request)
-        record["cached"] = bool(reply.get("cached"))
-        record["lean"] = bool(reply.get("lean"))
-        if not reply.get("ok"):
-            self.build_log += str(reply.get("log", ""))[-20000:] + "\n"
-            raise RuntimeError(f"Error building extension '{request['name']}': {reply.get('error', '')}")
-        self.delivered[request["name"]] = reply["path"]
-        spec = importlib.util.spec_from_file_location(request["name"], reply["path"])
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-
-def _build_request(builder_name: str, original, args: tuple, kwargs: dict) -> dict | None:
-    """The call as a build request for the host, or None for what only torch's own builder
-    handles (SYCL, non-module libraries, standalone executables): those build in place."""
-    import inspect
-
-    try:
-        bound = inspect.signature(original).bind(*args, **kwargs)
-    except TypeError:
-        return None  # let torch raise its own error for a bad call
-    call = bound.arguments
-    if not call.get("is_python_module", True) or call.get("is_standalone", False):
-        return None
-    if call.get("sycl_sources") or call.get("extra_sycl_cflags") or call.get("with_sycl"):
-        return None
-    request = {"builder": builder_name, "name": call["name"],
-               "extra_cflags": _strings(call.get("extra_cflags")),
-               "extra_cuda_cflags": _strings(call.get("extra_cuda_cflags")),
-               "extra_ldflags": _strings(call.get("extra_ldflags")),
-               "extra_include_paths": _strings(call.get("extra_include_paths")),
-               "with_cuda": call.get("with_cuda")}
-    if builder_name == "load_inline":
-        functions = call.get("functions")
-        request.update(cpp_sources=_strings(call.get("cpp_sources")), cuda_sources=_strings(call.get("cuda_sources")),
-                       functions=[functions] if isinstance(functions, str) else functions,
-                       with_pytorch_error_handling=call.get("with_pytorch_error_handling", True),
-                       no_implicit_headers=call.get("no_implicit_headers", False))
-    else:
-        sources = {}
-        for path in _strings(call.get("sources")):
-            with open(path, encoding="utf-8") as handle:
-                sources[os.path.basename(path)] = handle.read()
-            if '#include "' in sources[os.path.basename(path)]:
-                return None  # local headers the host builder would not see: build in place
-        if len(sources) != len(_strings(call.get("sources"))):
-            return None  # two sources with one file name: build in place
-        request["sources"] = sources
-    return request
-
-
-def _strings(value) -> list[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else [str(v) for v in value]
-
-
-class _CountingModule:
-    """A built extension module whose functions count their calls."""
-
-    def __init__(self, module, tracker: ExtensionTracker):
-        object.__setattr__(self, "_module", module)
-        object.__setattr__(self, "_tracker", tracker)
-
-    def __getattr__(self, name):
-        value = getattr(self._module, name)
-        if callable(value) and not isinstance(value, type):
-            tracker = self._tracker
-
-            def counted(*args, **kwargs):
-                tracker.calls += 1
-                return value(*args, **kwargs)
-
-            return counted
-        return value
-
-    def __dir__(self):
-        return dir(self._module)
 
 
 class Worker:
@@ -232,7 +99,7 @@ class Worker:
             torch.cuda.set_device(self.device)
             torch.cuda.init()
         else:
-            _probe_cuda_driver()
+            probe_cuda_driver()
         self.settings_at_start = library_settings()
         # Both roles install the tracker: its imports shape the process (modules, heap), and
         # two workers set up differently time the same code differently (an exact copy of a
@@ -242,7 +109,7 @@ class Worker:
             self.cupy.install()
         if self.role == "candidate" and msg.get("host_builds"):
             self.tracker.request_build = self.cupy.request = self._request_build
-        _warm_thread_pools()
+        prepare_process()
         from .guard import Guard
 
         self.guard = Guard()  # after the harness's own set-up, before any program code runs
@@ -599,75 +466,6 @@ def _pinned_to(cpu: int | None):
         os.sched_setaffinity(0, before)
 
 
-def _probe_cuda_driver() -> None:
-    """On a machine with an NVIDIA driver, a CPU evaluation's candidate may still touch CUDA
-    (a CUDA extension's import, torch.cuda.is_available()); the driver then starts a thread of
-    its own. Both workers probe at load, so such a thread counts on both sides, not as the candidate's."""
-    import torch
-
-    torch.cuda.is_available()
-
-
-def _warm_thread_pools() -> None:
-    """Start torch's lazily created CPU thread pools before the thread baseline is taken."""
-    import torch
-
-    a = torch.randn(256, 256)
-    (a @ a).relu_().sum().item()
-    torch.randn(1 << 20).exp_().sum().item()
-
-
-def library_settings() -> dict:
-    """Global numeric settings a candidate may flip (labelled as a 'library setting')."""
-    import torch
-
-    settings = {
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "cudnn.benchmark": torch.backends.cudnn.benchmark,
-        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "cudnn.deterministic": torch.backends.cudnn.deterministic,
-        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cuda.matmul.allow_fp16_reduced_precision_reduction":
-            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-    }
-    return {k: str(v) for k, v in settings.items()}
-
-
-def environment(device) -> dict:
-    import platform
-
-    import torch
-
-    info = {"device": str(device), "python": platform.python_version(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "platform": platform.platform(), "device_name": None,
-            "driver": None, "allocator": _host_allocator()}
-    if device.type == "cuda":
-        info["device_name"] = torch.cuda.get_device_name(device)
-        info["driver"] = _driver_version()
-    else:
-        info["device_name"] = platform.processor() or platform.machine()
-    return info
-
-
-def _host_allocator() -> str:
-    """Which malloc serves this process: jemalloc when the host preloaded it (timings of CPU
-    kernels depend on it, see isolation.allocator_environment), else glibc's."""
-    try:
-        with open("/proc/self/maps") as maps:
-            return "jemalloc" if "libjemalloc" in maps.read() else "glibc"
-    except OSError:
-        return "unknown"
-
-
-def _driver_version() -> str | None:
-    try:
-        import ctypes
-
-        version = ctypes.c_int()
-        ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version))
-        return f"{version.value // 1000}.{(version.value % 1000) // 10}"
-    except OSError:
-        return None
 
 
 def _exec_module(name: str, path: str):

@@ -236,7 +236,7 @@ def ncu_metrics(settings: dict, inputs, notes: list[str]) -> dict[str, dict[str,
 
 def child_command(spec_path: str) -> list[str]:
     """The child process ncu runs: this interpreter, isolated like the worker, on ncu_child."""
-    boot = ("import sys; sys.path.insert(0, {path!r}); from worker.main import ExtensionTracker; "
+    boot = ("import sys; sys.path.insert(0, {path!r}); from worker.extensions import ExtensionTracker; "
             "from worker.profiling import ncu_child; ncu_child(sys.argv[1], ExtensionTracker)"
             ).format(path=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return [sys.executable, "-E", "-s", "-c", boot, spec_path]
@@ -268,7 +268,7 @@ def ncu_child(spec_path: str, tracker_class) -> None:
     """The process ncu starts: the same problem (and candidate) as the worker, the model made
     from the same init seed, one warm-up forward, then one forward inside the NVTX range that
     ncu measures. Extensions the host built for the worker are loaded from where it put them
-    (`tracker_class`: main.ExtensionTracker, passed in by the boot line: main imports this module)."""
+    (`tracker_class`: extensions.ExtensionTracker, passed in by the boot line: main imports this module)."""
     import importlib.util
 
     import torch
