@@ -261,7 +261,7 @@ def test_problems_run_on_every_gpu_and_concurrently(endpoint, capsys, tmp_path):
     GPU when there is only one)."""
     import torch
 
-    from kernelopt.bench.agent_runs import bench_agent
+    from kernelopt.bench.agent_runs import SetRun, bench_agent
     from kernelopt.agent.search import OptimizeConfig
     from kernelopt.agent.store import RunStore
     from kernelopt.kernelbench import load_problem_set
@@ -279,8 +279,8 @@ def test_problems_run_on_every_gpu_and_concurrently(endpoint, capsys, tmp_path):
         template = OptimizeConfig(problem_path=str(problem_set), model="test-model", base_url=server.url,
                                   eval_options={"timing_budget": 1.0})
         template.limits["llm_calls"] = 1
-        concurrent = bench_agent(load_problem_set(problem_set), template, RunStore(tmp_path / "t.sqlite"),
-                                 tmp_path / "out2", devices, "test-key", lambda line: None)
+        concurrent = bench_agent(SetRun(load_problem_set(problem_set), template, RunStore(tmp_path / "t.sqlite"),
+                                        tmp_path / "out2", devices, "test-key"), lambda line: None)
     assert code == 0
     assert summary["levels"]["1"]["fast_0"] == 1.0
     assert concurrent["levels"]["1"]["fast_0"] == 1.0 and concurrent["n_problems_run"] == 2

@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kernelopt.agent.budget import Budget
-from kernelopt.agent.llm import LLMCallError, LLMClient, LLMConfigError, LLMSettings, request_key
+from kernelopt.agent.config import SearchRun
+from kernelopt.agent.llm import LLMCallError, LLMConfigError, request_key
 from kernelopt.kernelbench.completion import FormatError, extract_code
 from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, profile_text, short_error
-from kernelopt.agent.store import LLMCallRecord, RunStore
-from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.agent.store import LLMCallRecord
+from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import EvalOptions, EvalResult
 from kernelopt.sandbox.batch import Evaluator
 from kernelopt.sandbox.isolation import IsolationError
@@ -111,45 +112,44 @@ class AttemptPipeline:
     sent), code extraction, evaluation (deduplicated by code hash), every step recorded in the
     store. What strategies read: `attempts`, `best()`, `judged()`, `stop_reason()`, `prompts`."""
 
-    def __init__(self, *, run_id: str, problem: Problem, store: RunStore, client: LLMClient | None,
-                 settings: LLMSettings, budget: Budget, eval_options: EvalOptions,
-                 prompts: PromptContext, use_cache: bool = True, eval_workers: int = 1,
-                 on_event: Callable[[str, Attempt], None] | None = None,
-                 evaluator: Callable[[Problem, str, EvalOptions], EvalResult] | None = None):
-        self.run_id, self.problem, self.store = run_id, problem, store
-        self.client, self.settings, self.budget = client, settings, budget
-        self.eval_options, self.prompts, self.use_cache = eval_options, prompts, use_cache
+    def __init__(self, run: SearchRun, *, budget: Budget, eval_options: EvalOptions, prompts: PromptContext,
+                 on_event: Callable[[str, Attempt], None] | None = None):
+        self.run_id, self.problem, self.store, self.client = run.run_id, run.problem, run.store, run.client
+        self.settings, self.budget = run.llm_settings(), budget
+        self.eval_options, self.prompts, self.use_cache = eval_options, prompts, run.config.use_cache
         self.on_event = on_event or (lambda kind, attempt: None)
         # Called when an answer is in, before its verdict (an interactive session shows it live).
         self.on_answer: Callable[[Attempt], None] = lambda attempt: None
-        # Default: one warm Evaluator for the run (the reference worker and a pre-started
-        # candidate worker kept between candidates; see kernelopt/sandbox/batch.py).
-        self._warm: Evaluator | None = None
-        self.evaluator = evaluator or self._evaluate_warm
+        # `judge`: the caller's (a bench's, on this machine or a cluster), which the caller closes.
+        # Default: the pipeline's own warm Evaluator (the reference worker and a pre-started
+        # candidate worker kept between candidates; see kernelopt/sandbox/batch.py), made at the
+        # first candidate and made afresh after a harness failure.
+        self._warm_judge, self._owns_judge = run.judge, run.judge is None
         self.attempts: list[Attempt] = []
         self.conversations = 0           # tool-calling conversations started (conversation.py)
         self.fatal: Exception | None = None
         self._occurrences: Counter[str] = Counter()
         self._evaluations: dict[str, Future] = {}
         self._lock = threading.Lock()
-        self._llm_pool = ThreadPoolExecutor(max(1, settings.concurrency), thread_name_prefix="llm")
-        self._eval_pool = ThreadPoolExecutor(max(1, eval_workers), thread_name_prefix="eval")
+        self._llm_pool = ThreadPoolExecutor(max(1, self.settings.concurrency), thread_name_prefix="llm")
+        self._eval_pool = ThreadPoolExecutor(max(1, run.config.eval_workers), thread_name_prefix="eval")
 
     def close(self) -> None:
         self._llm_pool.shutdown(wait=True, cancel_futures=True)
         self._eval_pool.shutdown(wait=True, cancel_futures=True)
-        if self._warm is not None:
-            self._warm.close()
+        if self._owns_judge and self._warm_judge is not None:
+            self._warm_judge.close()
 
-    def _evaluate_warm(self, problem: Problem, code: str, options: EvalOptions) -> EvalResult:
-        """Evaluations run on the one eval thread, so the Evaluator is used sequentially."""
-        if self._warm is None:
-            self._warm = Evaluator(problem, options)
+    def _evaluate(self, code: str) -> EvalResult:
+        """Evaluations run on the one eval thread, so the judge is used sequentially."""
+        if self._warm_judge is None:
+            self._warm_judge = Evaluator(self.problem, self.eval_options)
         try:
-            return self._warm.evaluate(code)
+            return self._warm_judge.evaluate(code)
         except BaseException:
-            self._warm.close()  # a harness failure: start afresh for the next candidate
-            self._warm = None
+            if self._owns_judge:  # a harness failure: start afresh for the next candidate
+                self._warm_judge.close()
+                self._warm_judge = None
             raise
 
     # what strategies use ---------------------------------------------------------------------
@@ -363,7 +363,7 @@ class AttemptPipeline:
         if self.fatal:
             return None
         try:
-            result = self.evaluator(self.problem, code, self.eval_options)
+            result = self._evaluate(code)
         except FATAL_EVAL_ERRORS as exc:
             self._fail(exc)
             return None

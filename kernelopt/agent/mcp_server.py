@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kernelopt.agent.attempt import AttemptPipeline
 from kernelopt.agent.budget import Budget, BudgetLimits
-from kernelopt.agent.search import OptimizeConfig, build_pipeline, start_run, summarize
+from kernelopt.agent.search import OptimizeConfig, SearchRun, build_pipeline, start_run, summarize
 from kernelopt.agent.store import RunStore
 from kernelopt.agent.tools import TOOLS, Toolbox, ToolOutcome, tool_error
 from kernelopt.kernelbench import Problem
@@ -105,8 +105,8 @@ class Referee:
                                     strategy="mcp", limits=limits.__dict__.copy(), device=s.device,
                                     backend=s.backend, eval_options={"profile": True, **s.eval_options})
             run_id = start_run(s.store, config, problem)
-            pipeline = build_pipeline(s.store, run_id, config, problem, None, None, s.device,
-                                      Budget(limits), None, None)
+            run = SearchRun(store=s.store, run_id=run_id, config=config, problem=problem, device=s.device)
+            pipeline = build_pipeline(run, Budget(limits))
             self._runs[key] = (run_id, config, pipeline)
         return self._runs[key]
 

@@ -6,8 +6,10 @@
 started and waited for: each round, the strategy names what to ask from the attempts finished so
 far, and the loop starts those asks and waits.
 
-Settings are one JSON-able `OptimizeConfig`, stored with the run, so `--resume RUN_ID` rebuilds
-exactly the same search (the API key is never stored: it comes from the environment again).
+A run's set-up travels as one `SearchRun` (config.py: the store, the run's id, its settings, the
+problem, the device, the client, the judge); its settings are one JSON-able `OptimizeConfig`,
+stored with the run, so `--resume RUN_ID` rebuilds exactly the same search (the API key is never
+stored: it comes from the environment again).
 """
 
 from __future__ import annotations
@@ -16,55 +18,20 @@ import dataclasses
 import json
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from kernelopt.agent.attempt import Attempt, AttemptPipeline
+from kernelopt.agent.config import OptimizeConfig, SearchRun
 from kernelopt.agent.budget import Budget, BudgetLimits
-from kernelopt.agent.llm import LLMClient, LLMSettings, Price
 from kernelopt.agent.prompting import PromptContext
 from kernelopt.agent.store import RunStore, new_run_id
 from kernelopt.agent.strategies import Progress, Strategy, make_strategy, with_eval_defaults
 from kernelopt.kernelbench import Problem, problem_from_source
 from kernelopt.kernelbench.backends import resolve_backend
 from kernelopt.sandbox import EvalOptions
-from kernelopt.sandbox.hardware import Hardware
 from kernelopt.sandbox.hardware import describe as describe_hardware
-
-
-@dataclass
-class OptimizeConfig:
-    problem_path: str
-    model: str
-    base_url: str
-    api_key_env: str = "OPENAI_API_KEY"
-    strategy: str = "refine"
-    strategy_options: dict = field(default_factory=dict)   # window, width, depth, beam, ...
-    limits: dict = field(default_factory=lambda: dataclasses.asdict(BudgetLimits()))
-    device: str = "auto"
-    backend: str | None = None                             # cuda | cupy | triton | cpp; None: auto (device)
-    eval_options: dict = field(default_factory=dict)       # EvalOptions fields
-    llm_options: dict = field(default_factory=dict)        # LLMSettings fields
-    price: list[float] | None = None                       # [input, output] $ per 1M tokens
-    use_cache: bool = True
-    eval_workers: int = 1
-    # Runs started over a problem set (`kernelopt bench`, `kernelopt generate`): where the
-    # problem sits in it, {"level": L, "problem_id": N, "set": "<SET as given>"}; None otherwise.
-    bench: dict | None = None
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> OptimizeConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def llm_settings(self, api_key: str | None) -> LLMSettings:
-        price = Price(*self.price) if self.price else None
-        return LLMSettings(model=self.model, base_url=self.base_url, api_key=api_key,
-                           api_key_env=self.api_key_env, price=price, **self.llm_options)
 
 
 @dataclass
@@ -138,16 +105,15 @@ def stored_problem(run: dict) -> Problem:
     return problem_from_source(run["problem_source"], path=run["problem_path"] or "<memory>")
 
 
-def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem: Problem,
-               client: LLMClient | None, api_key: str | None, device: str, out_dir: Path,
-               on_event: Callable[[str, Attempt], None] | None = None,
-               evaluator=None, hardware: Hardware | None = None) -> RunOutcome:
+def run_search(run: SearchRun, out_dir: Path,
+               on_event: Callable[[str, Attempt], None] | None = None) -> RunOutcome:
     """Runs (or replays and continues) the search; always leaves the run's status and summary
-    in the store, whatever stops it. `hardware`: the device the candidates are timed on, as the
-    prompt describes it, when that is not this machine's `device` (a Ray cluster's actor)."""
+    in the store, whatever stops it. `run.judge`: the caller's (a bench's warm one, on this
+    machine or a Ray cluster, whose `hardware` the prompt then describes); default: the
+    pipeline's own."""
+    config, run_id = run.config, run.run_id
     budget = Budget(BudgetLimits(**config.limits))
-    pipeline = build_pipeline(store, run_id, config, problem, client, api_key, device, budget,
-                              on_event, evaluator, hardware=hardware)
+    pipeline = build_pipeline(run, budget, on_event)
     strategy = make_strategy(config.strategy, **config.strategy_options)
     started = time.monotonic()
     status, error = "finished", None
@@ -165,25 +131,22 @@ def run_search(*, store: RunStore, run_id: str, config: OptimizeConfig, problem:
         pipeline.close()
         if pipeline.fatal is not None:
             status, error = "failed", str(pipeline.fatal)
-        summary = summarize(pipeline, run_id, config, problem, out_dir, time.monotonic() - started,
+        summary = summarize(pipeline, run_id, config, run.problem, out_dir, time.monotonic() - started,
                             stop_reason=error or budget.stop_reason() or "strategy finished", status=status)
-        store.set_run_status(run_id, status, summary.to_json(), error)
+        run.store.set_run_status(run_id, status, summary.to_json(), error)
     return RunOutcome(run_id, summary, pipeline.attempts)
 
 
-def build_pipeline(store: RunStore, run_id: str, config: OptimizeConfig, problem: Problem,
-                   client: LLMClient | None, api_key: str | None, device: str, budget: Budget,
-                   on_event, evaluator, hardware: Hardware | None = None) -> AttemptPipeline:
+def build_pipeline(run: SearchRun, budget: Budget, on_event=None) -> AttemptPipeline:
+    """The run's attempt pipeline: what it judges with (the strategy's evaluation defaults) and
+    the prompts' description of the problem, the backend and the device."""
+    config, device = run.config, run.device
     eval_options = EvalOptions(device=device, **with_eval_defaults(config.strategy, config.eval_options))
     backend = resolve_backend(config.backend, device)  # BackendError (ValueError) when it cannot run there
-    hardware = hardware or describe_hardware(device)
-    prompts = PromptContext(reference_source=problem.source, problem_name=problem.name,
+    hardware = run.judge.hardware if run.judge is not None else describe_hardware(device)
+    prompts = PromptContext(reference_source=run.problem.source, problem_name=run.problem.name,
                             backend=backend, device_desc=hardware.summary, hardware=hardware.facts)
-    extra = {"evaluator": evaluator} if evaluator else {}
-    return AttemptPipeline(run_id=run_id, problem=problem, store=store, client=client,
-                           settings=config.llm_settings(api_key), budget=budget, eval_options=eval_options,
-                           prompts=prompts, use_cache=config.use_cache, eval_workers=config.eval_workers,
-                           on_event=on_event, **extra)
+    return AttemptPipeline(run, budget=budget, eval_options=eval_options, prompts=prompts, on_event=on_event)
 
 
 def search_loop(strategy: Strategy, pipeline: AttemptPipeline) -> None:

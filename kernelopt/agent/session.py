@@ -36,7 +36,7 @@ from typing import Callable
 from kernelopt.agent.attempt import Attempt
 from kernelopt.agent.budget import Budget, BudgetLimits
 from kernelopt.agent.llm import LLMClient, LLMConfigError, resolve_endpoint
-from kernelopt.agent.search import OptimizeConfig, build_pipeline, start_run, stored_problem, summarize
+from kernelopt.agent.search import OptimizeConfig, SearchRun, build_pipeline, start_run, stored_problem, summarize
 from kernelopt.agent.store import RunStore, StoreError
 from kernelopt.agent.strategies import ancestors, first_messages, make_strategy, refine_messages
 from kernelopt.kernelbench import ProblemError, load_problem
@@ -233,8 +233,9 @@ class Session:
                  api_key: str | None, device: str):
         self.store, self.run_id, self.config, self.problem, self.device = store, run_id, config, problem, device
         self.out_dir = store.path.parent / run_id
-        self.pipeline = build_pipeline(store, run_id, config, problem, client, api_key, device,
-                                       Budget(BudgetLimits(**NO_LIMITS)), self._judged, None)
+        run = SearchRun(store=store, run_id=run_id, config=config, problem=problem, device=device, client=client,
+                        api_key=api_key)
+        self.pipeline = build_pipeline(run, Budget(BudgetLimits(**NO_LIMITS)), self._judged)
         self.pipeline.on_answer = self._answered
         self.listeners: list[Callable[[str, dict], None]] = []
         self.errors: list[str] = []

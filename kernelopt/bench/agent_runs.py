@@ -10,8 +10,9 @@ devices (one problem at a time per device, `runner.run_on_devices`):
    reference that fails or does not fit the device gets a `problem_error` record and no run;
 2. the run is started in the run store (settings: the template, with the problem's place in the
    set in `OptimizeConfig.bench`) and its id written to OUT/runs.json *before* any LLM call;
-3. `run_search` runs it with the per-problem budget, its evaluator being the Evaluator that
-   checked the health (the reference worker starts once per problem);
+3. `run_search` runs it with the per-problem budget, its judge (sandbox/results.Judge) being the
+   one that checked the health: an Evaluator on this machine (the reference worker starts once
+   per problem) or the cluster's `RemoteEvaluator`;
 4. the problem's record is appended to the log: its kind's fields (from the run's summary and
    the store) plus `run_failed` and the error when the run stopped on an error.
 
@@ -40,13 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.agent.llm import LLMClient
-from kernelopt.agent.search import OptimizeConfig, RunSummary, run_search, start_run, stored_problem
+from kernelopt.agent.search import OptimizeConfig, RunSummary, SearchRun, run_search, start_run, stored_problem
 from kernelopt.agent.store import RunStore, StoreError
-from kernelopt.bench.runner import (Progress, ResultLog, check_health_once, record_health, run_on_devices,
+from kernelopt.bench.runner import (Progress, ResultLog, check_health_once, run_on_devices,
                                     write_summary)
 from kernelopt.bench.summary import device_sections, summarize_results
 from kernelopt.kernelbench import Problem, ProblemSet
-from kernelopt.sandbox import EvalOptions, EvalResult, Evaluator
+from kernelopt.sandbox import EvalOptions, Evaluator, Judge
 
 RUN_FAILED = "run_failed"
 PROBLEMS_PER_ACTOR = 2  # on a cluster: searches in flight per judging actor (one judged, one asking its LLM)
@@ -63,8 +64,9 @@ class SetRunError(ValueError):
 
 
 @dataclass
-class SetJob:
-    """One pass of the agent over a problem set."""
+class SetRun:
+    """A pass of the agent over a set as the command line sets it up, checked, built once
+    (cli/agent_setup.agent_setup) and handed down to `bench_agent` or `generate`."""
 
     problem_set: ProblemSet
     template: OptimizeConfig       # every run's settings; problem_path, bench and device set per problem
@@ -72,6 +74,15 @@ class SetJob:
     out: Path
     devices: list[str]
     api_key: str | None
+    pool: object | None = None     # a kernelopt.cluster.JudgePool: judge on a Ray cluster's actors
+
+
+@dataclass
+class SetJob:
+    """One pass of the agent over a problem set: its set-up, and what its driver (bench_agent,
+    generate) makes of each problem."""
+
+    run: SetRun
     kind: str                      # "agent" or "generate": the records' kind and key prefix
     log_name: str                  # the records' file in OUT
     # A run's own fields for its record: (store, run_id, run summary) -> fields; the summary is
@@ -79,31 +90,30 @@ class SetJob:
     fields: Callable[[RunStore, str | None, RunSummary | None], dict]
     status: Callable[[RunSummary], str]  # a finished run's summary -> its record's status
     report: Callable[[str], None]
-    pool: object | None = None     # a kernelopt.cluster.JudgePool: judge on a Ray cluster's actors
 
 
 def run_over_set(job: SetJob) -> ResultLog:
     """Runs the agent on every problem of the set that has no record yet; returns the log."""
-    _check_distinct(job.problem_set)
-    job.out.mkdir(parents=True, exist_ok=True)
-    log = ResultLog(job.out / job.log_name)
-    runs = RunMap(job.out / "runs.json", job.template, job.store)
-    pending = [p for p in job.problem_set if _pending(log, problem_key(job.kind, p))]
+    _check_distinct(job.run.problem_set)
+    job.run.out.mkdir(parents=True, exist_ok=True)
+    log = ResultLog(job.run.out / job.log_name)
+    runs = RunMap(job.run.out / "runs.json", job.run.template, job.run.store)
+    pending = [p for p in job.run.problem_set if _pending(log, problem_key(job.kind, p))]
     runs.check_stored([problem_key(job.kind, p) for p in pending])
-    parallel = job.pool.size * PROBLEMS_PER_ACTOR if job.pool is not None else len(job.devices)
-    progress = Progress(len(job.problem_set), job.report, parallel=parallel)
-    for problem in job.problem_set:
+    parallel = job.run.pool.size * PROBLEMS_PER_ACTOR if job.run.pool is not None else len(job.run.devices)
+    progress = Progress(len(job.run.problem_set), job.report, parallel=parallel)
+    for problem in job.run.problem_set:
         key = problem_key(job.kind, problem)
         if not _pending(log, key):
             progress.step(problem_label(problem), log.records[key], None, note=_calls_note(log.records[key]))
-    if job.pool is not None:
+    if job.run.pool is not None:
         from kernelopt.cluster import run_on_pool
 
-        device = job.pool.agent_device
-        run_on_pool(pending, job.pool, lambda problem: _solve(job, problem, device, log, runs, progress),
+        device = job.run.pool.agent_device
+        run_on_pool(pending, job.run.pool, lambda problem: _solve(job, problem, device, log, runs, progress),
                     per_actor=PROBLEMS_PER_ACTOR)
     else:
-        run_on_devices(pending, job.devices, lambda problem, device: _solve(job, problem, device, log, runs, progress))
+        run_on_devices(pending, job.run.devices, lambda problem, device: _solve(job, problem, device, log, runs, progress))
     return log
 
 
@@ -141,16 +151,16 @@ def _solve(job: SetJob, problem: Problem, device: str, log: ResultLog, runs: Run
     # A resumed run goes on with the problem as it saw it (the file may have changed since).
     config, searched = _resumed(job, run_id) if run_id else (_fresh(job, problem, device), problem)
     options = EvalOptions(device=device, **config.eval_options)
-    judge = ProblemEvaluator(searched, options) if job.pool is None else ClusterEvaluator(job.pool, searched, options)
+    judge: Judge = Evaluator(searched, options) if job.run.pool is None else job.run.pool.evaluator(searched, options)
     try:
-        health = judge.check_health(problem, log, job.report)
+        health = check_health_once(judge, problem, log, job.report)
         unrunnable = [d for d in health["details"] if d.split(":", 1)[0] in UNRUNNABLE]
         if unrunnable:
-            record = {**_base(key, job.kind, problem, None), **job.fields(job.store, None, None),
+            record = {**_base(key, job.kind, problem, None), **job.fields(job.run.store, None, None),
                       "status": PROBLEM_ERROR, "error": "; ".join(unrunnable)}
         else:
             if run_id is None:
-                run_id = start_run(job.store, config, searched)
+                run_id = start_run(job.run.store, config, searched)
                 runs.set(key, run_id)
             record = _run(job, key, problem, searched, config, run_id, device, judge)
         record["device_model"] = judge.device_model
@@ -166,37 +176,36 @@ def _calls_note(record: dict) -> str:
 
 
 def _fresh(job: SetJob, problem: Problem, device: str) -> OptimizeConfig:
-    place = {"level": problem.level, "problem_id": problem.problem_id, "set": job.problem_set.source}
-    return dataclasses.replace(job.template, problem_path=str(problem.path or problem.name), bench=place,
-                               device=device, limits=dict(job.template.limits))
+    place = {"level": problem.level, "problem_id": problem.problem_id, "set": job.run.problem_set.source}
+    return dataclasses.replace(job.run.template, problem_path=str(problem.path or problem.name), bench=place,
+                               device=device, limits=dict(job.run.template.limits))
 
 
 def _resumed(job: SetJob, run_id: str) -> tuple[OptimizeConfig, Problem]:
     """A started run's own settings and problem (as it saw it); what a resume may change (the
     budget, the cache, the endpoint's URL) comes from this invocation, as in optimize --resume."""
-    run = job.store.run(run_id)
+    run = job.run.store.run(run_id)
     config = OptimizeConfig.from_json(run["config"])
-    config.limits = dict(job.template.limits)
-    config.use_cache, config.base_url = job.template.use_cache, job.template.base_url
+    config.limits = dict(job.run.template.limits)
+    config.use_cache, config.base_url = job.run.template.use_cache, job.run.template.base_url
     return config, stored_problem(run)
 
 
 def _run(job: SetJob, key: str, problem: Problem, searched: Problem, config: OptimizeConfig, run_id: str,
-         device: str, judge: ProblemEvaluator) -> dict:
+         device: str, judge: Judge) -> dict:
     """The problem's record after its run (`problem`: as in the set; `searched`: as the run sees it)."""
-    out_dir = job.out / "runs" / run_id
+    out_dir = job.run.out / "runs" / run_id
     base = _base(key, job.kind, problem, run_id)
     try:
-        client = LLMClient(config.llm_settings(job.api_key))
-        outcome = run_search(store=job.store, run_id=run_id, config=config, problem=searched, client=client,
-                             api_key=job.api_key, device=device, out_dir=out_dir, evaluator=judge,
-                             hardware=judge.hardware)
+        client = LLMClient(config.llm_settings(job.run.api_key))
+        outcome = run_search(SearchRun(store=job.run.store, run_id=run_id, config=config, problem=searched,
+                                       device=device, client=client, api_key=job.run.api_key, judge=judge), out_dir)
     except Exception as exc:  # noqa: BLE001 - any surprise fails this run only (marked failed in the store)
-        return {**base, **job.fields(job.store, run_id, None), "status": RUN_FAILED,
+        return {**base, **job.fields(job.run.store, run_id, None), "status": RUN_FAILED,
                 "error": f"{type(exc).__name__}: {exc}"}
     summary = outcome.summary
     summary.write(out_dir / "summary.json")
-    record = {**base, **job.fields(job.store, run_id, summary), "status": job.status(summary)}
+    record = {**base, **job.fields(job.run.store, run_id, summary), "status": job.status(summary)}
     if summary.status != "finished":   # stopped on an error (a key revoked, a broken sandbox)
         record.update(status=RUN_FAILED, error=summary.stop_reason)
     return record
@@ -205,73 +214,6 @@ def _run(job: SetJob, key: str, problem: Problem, searched: Problem, config: Opt
 def _base(key: str, kind: str, problem: Problem, run_id: str | None) -> dict:
     return {"key": key, "kind": kind, "level": problem.level, "problem_id": problem.problem_id,
             "name": problem.name, "run_id": run_id}
-
-
-class ProblemEvaluator:
-    """One warm Evaluator per problem: it probes the reference's health, then judges the run's
-    candidates (the search calls it as its evaluator), so the reference worker starts once.
-    After a failure of the harness it is replaced, as the engine does with its own."""
-
-    def __init__(self, problem: Problem, options: EvalOptions):
-        self.problem, self.options = problem, options
-        self._current: Evaluator | None = None
-
-    hardware = None  # the prompt describes this machine's device
-
-    @property
-    def device_model(self) -> str:
-        from kernelopt.sandbox.device import device_model
-
-        return device_model(self.options.device)
-
-    def check_health(self, problem: Problem, log: ResultLog, report: Callable[[str], None]) -> dict:
-        """The reference's health record (probed once per problem, kept in the log)."""
-        return check_health_once(self.warm(), problem, self.options, log, report)
-
-    def warm(self) -> Evaluator:
-        if self._current is None:
-            self._current = Evaluator(self.problem, self.options)
-        return self._current
-
-    def __call__(self, problem: Problem, code: str, options: EvalOptions) -> EvalResult:
-        try:
-            return self.warm().evaluate(code)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        if self._current is not None:
-            self._current.close()
-            self._current = None
-
-
-class ClusterEvaluator:
-    """ProblemEvaluator's part for a search whose candidates are judged on a Ray cluster's
-    actors (kernelopt.cluster.JudgePool): the health probe and each candidate go to an idle
-    actor, the problem's warm one first; the records are written here, in the driver."""
-
-    def __init__(self, pool, problem: Problem, options: EvalOptions):
-        self.options = options
-        self.hardware = pool.hardware  # the prompt describes the actors' device, not the driver's
-        self._remote = pool.evaluator(problem, options)
-
-    def check_health(self, problem: Problem, log: ResultLog, report: Callable[[str], None]) -> dict:
-        key = f"health/{problem.level}/{problem.problem_id}"
-        if key in log.records:
-            return log.records[key]
-        return record_health(problem, self._remote.health(), log, report)
-
-    @property
-    def device_model(self) -> str | None:
-        """The model of the device the last answer came from (the pool's, before any)."""
-        return self._remote.device_model or self._remote.pool.device_models[0]
-
-    def __call__(self, problem: Problem, code: str, options: EvalOptions) -> EvalResult:
-        return self._remote.evaluate(code)
-
-    def close(self) -> None:
-        self._remote.close()
 
 
 class RunMap:
@@ -338,14 +280,12 @@ def recorded_store(out: Path) -> str | None:
 
 # bench: the agent's records and summary ---------------------------------------------------------
 
-def bench_agent(problem_set: ProblemSet, template: OptimizeConfig, store: RunStore, out: Path,
-                devices: list[str], api_key: str | None, report: Callable[[str], None], pool=None) -> dict:
+def bench_agent(run: SetRun, report: Callable[[str], None]) -> dict:
     """`kernelopt bench` without --solutions: the agent on each problem; KernelBench's metrics
-    over the problems' best correct candidates (OUT/results.jsonl, OUT/summary.json). `pool`:
-    judge on a Ray cluster's actors."""
-    job = SetJob(problem_set=problem_set, template=template, store=store, out=out, devices=devices,
-                 api_key=api_key, kind="agent", log_name="results.jsonl", fields=agent_fields,
-                 status=agent_status, report=report, pool=pool)
+    over the problems' best correct candidates (OUT/results.jsonl, OUT/summary.json)."""
+    problem_set, template, store, out, pool = run.problem_set, run.template, run.store, run.out, run.pool
+    job = SetJob(run=run, kind="agent", log_name="results.jsonl", fields=agent_fields, status=agent_status,
+                 report=report)
     log = run_over_set(job)
     records = [r for r in log.records.values() if r.get("kind") == "agent"]
     summary = summarize_results(problem_set, log.records.values())

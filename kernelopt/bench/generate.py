@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
-from kernelopt.agent.search import OptimizeConfig, RunSummary
+from kernelopt.agent.search import RunSummary
 from kernelopt.agent.store import RunStore
-from kernelopt.bench.agent_runs import SetJob, run_over_set
-from kernelopt.kernelbench import ProblemSet
+from kernelopt.bench.agent_runs import SetJob, SetRun, run_over_set
 
 
 def calls_needed(samples: int, turns: int, critique: bool) -> int:
@@ -27,13 +25,12 @@ def calls_needed(samples: int, turns: int, critique: bool) -> int:
     return samples * (1 + turns) + (samples * turns if critique else 0)
 
 
-def generate(problem_set: ProblemSet, template: OptimizeConfig, store: RunStore, out: Path,
-             devices: list[str], api_key: str | None, report: Callable[[str], None], pool=None) -> dict:
+def generate(run: SetRun, report: Callable[[str], None]) -> dict:
     """Runs the samples strategy on every problem without a line in OUT/generate.jsonl; returns
-    the summary over all of them. `pool`: judge on a Ray cluster's actors (kernelopt.cluster)."""
-    job = SetJob(problem_set=problem_set, template=template, store=store, out=out, devices=devices,
-                 api_key=api_key, kind="generate", log_name="generate.jsonl", fields=generate_fields,
-                 status=lambda summary: "finished", report=report, pool=pool)
+    the summary over all of them (`run.pool`: judge on a Ray cluster's actors, kernelopt.cluster)."""
+    problem_set, template, store = run.problem_set, run.template, run.store
+    job = SetJob(run=run, kind="generate", log_name="generate.jsonl", fields=generate_fields,
+                 status=lambda summary: "finished", report=report)
     log = run_over_set(job)
     records = [r for r in log.records.values() if r.get("kind") == "generate"]
     verdicts: Counter[str] = Counter()

@@ -114,7 +114,7 @@ def _judge_problem(problem, pending: list[Solution], options: EvalOptions, jobs:
     started, model = time.monotonic(), device_model(options.device)
     try:
         with Evaluator(problem, options, jobs=jobs, keep_spare=False) as evaluator:
-            check_health_once(evaluator, problem, options, log, progress.report)
+            check_health_once(evaluator, problem, log, progress.report)
             started = time.monotonic()
             for index, result in evaluator.evaluate_many([s.code for s in pending]):
                 record = _verdict_record(pending[index], result, model)

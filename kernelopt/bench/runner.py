@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelopt.kernelbench import ProblemSet
-from kernelopt.sandbox import EvalOptions
-from kernelopt.sandbox.problem_health import check_health
+from kernelopt.sandbox import Judge
 
 
 class ResultLog:
@@ -149,13 +148,14 @@ def write_summary(out: Path, summary: dict, mode: str, problem_set: ProblemSet) 
     return summary
 
 
-def check_health_once(evaluator, problem, options: EvalOptions, log: ResultLog, report) -> dict:
+def check_health_once(judge: Judge, problem, log: ResultLog, report) -> dict:
     """Flag a reference no candidate can be judged fairly against (kept in the log, so a resumed
-    run does not probe again); returns the health record."""
+    run does not probe again); returns the health record. `judge`: the problem's (its health
+    probed on this machine or on a cluster's actor)."""
     key = f"health/{problem.level}/{problem.problem_id}"
     if key in log.records:
         return log.records[key]
-    return record_health(problem, check_health(evaluator, options).as_dict(), log, report)
+    return record_health(problem, judge.health(), log, report)
 
 
 def record_health(problem, health: dict, log: ResultLog, report) -> dict:

@@ -119,12 +119,13 @@ def price_from_table(path: str | None, model: str) -> list[float] | None:
 
 # the agent over a problem set ------------------------------------------------------------------
 
-def agent_setup(args, command: str, out_root: str, strategy: str, strategy_options: dict | None = None):
-    """What a pass of the agent over a set needs, checked before any work: (problem set, settings,
-    store, OUT, devices, API key); None when no endpoint is configured (how to configure one was
-    printed). Shared by bench and generate."""
+def agent_setup(args, command: str, out_root: str, strategy: str, strategy_options: dict | None = None,
+                pool=None):
+    """What a pass of the agent over a set needs, checked before any work, as one `SetRun`
+    (problem set, settings, store, OUT, devices, API key, the Ray pool if any); None when no
+    endpoint is configured (how to configure one was printed). Shared by bench and generate."""
     from kernelopt.agent.store import RunStore, StoreError
-    from kernelopt.bench.agent_runs import recorded_store
+    from kernelopt.bench.agent_runs import SetRun, recorded_store
     from kernelopt.kernelbench import ProblemSetError
     from kernelopt.kernelbench.backends import resolve_backend
     from kernelopt.sandbox import EvalOptions
@@ -152,22 +153,25 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
         store = RunStore.open(args.store or recorded_store(out))
     except StoreError as exc:
         raise UsageError(str(exc)) from exc
-    return problem_set, config, store, out, devices, api_key
+    return SetRun(problem_set=problem_set, template=config, store=store, out=out, devices=devices,
+                  api_key=api_key, pool=pool)
 
 
-def run_set(driver, problem_set, config, store, out, devices, api_key) -> dict:
-    """bench_agent or generate over the set; their failures as the CLI reports them."""
+def run_set(driver, run) -> dict:
+    """bench_agent or generate over the set (`run`: agent_setup's SetRun); their failures as the
+    CLI reports them."""
     from kernelopt.bench.agent_runs import SetRunError
     from kernelopt.sandbox.isolation import IsolationError
     from kernelopt.sandbox.process import SandboxError
 
+    config, problem_set = run.template, run.problem_set
     budget = config.limits.get("llm_calls")
     progress(f"{plural(len(problem_set), 'problem')} of {problem_set.source} with {config.model} "
-             f"({config.strategy}, {budget} LLM calls each) on {', '.join(devices)}; records in {out}, "
-             f"runs in {store.path}")
+             f"({config.strategy}, {budget} LLM calls each) on {', '.join(run.devices)}; records in {run.out}, "
+             f"runs in {run.store.path}")
     try:
         with ConsoleProgress("problems") as report:
-            return driver(problem_set, config, store, out, devices, api_key, report)
+            return driver(run, report)
     except (SetRunError, IsolationError) as exc:
         raise UsageError(str(exc)) from exc
     except SandboxError as exc:

@@ -15,7 +15,6 @@ error (a rerun resumes it); 2 for unusable input or endpoint; 3 when the sandbox
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -92,10 +91,10 @@ def run_agent(args) -> int:
         raise UsageError("the agent over a set needs --kernelbench SET (or --solutions to rescore generations)")
     with ray_pool(args, args.device) as pool:
         args.ray_device = pool and pool.agent_device  # the runs' device is the actors'
-        setup = agent_setup(args, "bench --kernelbench SET", "kernelopt-bench", strategy=args.strategy)
+        setup = agent_setup(args, "bench --kernelbench SET", "kernelopt-bench", strategy=args.strategy, pool=pool)
         if setup is None:
             return EXIT_BAD_INPUT
-        summary = run_set(functools.partial(bench_agent, pool=pool), *setup)
+        summary = run_set(bench_agent, setup)
     print(json.dumps(summary) if args.json else render(summary))
     return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK
 

@@ -8,7 +8,6 @@ actors, the LLM calls and every record in this process). Exit codes as bench's.
 
 from __future__ import annotations
 
-import functools
 import json
 
 from kernelopt.cli.agent_setup import agent_setup, run_set
@@ -71,10 +70,10 @@ def run_generate(args) -> int:
     with ray_pool(args, args.device) as pool:
         args.ray_device = pool and pool.agent_device  # the runs' device is the actors'
         setup = agent_setup(args, "generate --problems SET --samples K", "kernelopt-generate", strategy="samples",
-                            strategy_options=options)
+                            strategy_options=options, pool=pool)
         if setup is None:
             return EXIT_BAD_INPUT
-        summary = run_set(functools.partial(generate, pool=pool), *setup)
+        summary = run_set(generate, setup)
     print(json.dumps(summary) if args.json else render(summary))
     return EXIT_RUN_FAILED if summary["statuses"].get("run_failed") else EXIT_OK
 

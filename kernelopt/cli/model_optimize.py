@@ -144,7 +144,7 @@ def write_plan(out: Path, plan: dict) -> None:
 def search_spot(args, spot: dict, plan: dict, store, out: Path, base_url: str | None) -> tuple[dict, tuple]:
     """The search on one spot's problem, started or continued (a finished run whose budget did
     not grow is taken as it is); (its summary as JSON, (device, eval options))."""
-    from kernelopt.agent.search import OptimizeConfig, run_search, start_run, stored_problem
+    from kernelopt.agent.search import OptimizeConfig, SearchRun, run_search, start_run, stored_problem
     from kernelopt.agent.store import StoreError
     from kernelopt.cli.agent_setup import checked_client, new_config
     from kernelopt.kernelbench import load_problem
@@ -183,8 +183,9 @@ def search_spot(args, spot: dict, plan: dict, store, out: Path, base_url: str | 
         print(f"{spot['module']} ({spot['share']:.1%}): run {spot['run_id']}, {spot['llm_calls']} LLM calls",
               file=sys.stderr, flush=True)
     try:
-        outcome = run_search(store=store, run_id=spot["run_id"], config=config, problem=problem, client=client,
-                             api_key=api_key, device=device, out_dir=out / spot["run_id"])
+        run = SearchRun(store=store, run_id=spot["run_id"], config=config, problem=problem, device=device,
+                        client=client, api_key=api_key)
+        outcome = run_search(run, out / spot["run_id"])
     except SandboxError as exc:
         raise EnvironmentFailure(str(exc)) from exc
     outcome.summary.write(out / spot["run_id"] / "summary.json")

@@ -51,7 +51,7 @@ def add_command(commands) -> None:
 
 
 def run_optimize(args) -> int:
-    from kernelopt.agent.search import OptimizeConfig, run_search, start_run, stored_problem
+    from kernelopt.agent.search import OptimizeConfig, SearchRun, run_search, start_run, stored_problem
     from kernelopt.agent.store import RunStore, StoreError
     from kernelopt.kernelbench import ProblemError, load_problem
     from kernelopt.kernelbench.backends import resolve_backend
@@ -92,8 +92,9 @@ def run_optimize(args) -> int:
               f"store {store.path}", file=sys.stderr)
     printer = ProgressPrinter(config, enabled=not args.quiet)
     try:
-        outcome = run_search(store=store, run_id=run_id, config=config, problem=problem, client=client,
-                             api_key=api_key, device=device, out_dir=out_dir, on_event=printer)
+        run = SearchRun(store=store, run_id=run_id, config=config, problem=problem, device=device, client=client,
+                        api_key=api_key)
+        outcome = run_search(run, out_dir, on_event=printer)
     except SandboxError as exc:
         raise EnvironmentFailure(str(exc)) from exc
     outcome.summary.write(out_dir / "summary.json")

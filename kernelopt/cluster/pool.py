@@ -23,11 +23,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kernelopt.cluster.actor import WARM_EVALUATORS, JudgeWorker
 from kernelopt.cluster.connect import ClusterError, connect
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox.results import EvalOptions, EvalResult
+
+if TYPE_CHECKING:
+    from kernelopt.sandbox.hardware import Hardware
 
 CALL_ATTEMPTS = 3        # a call is tried on up to this many actors (each replacing a dead one)
 PLACEMENT_TIMEOUT_S = 300.0  # an actor's process start and imports; past it, the cluster cannot place it
@@ -269,12 +273,22 @@ class JudgePool:
 
 
 class RemoteEvaluator:
-    """An Evaluator's interface (evaluate, evaluate_many, close) over the pool, for the code
-    that drives a local Evaluator: the reward service's lanes, the agent's search."""
+    """The Judge protocol (sandbox/results.py) over the pool: what the code that drives a local
+    Evaluator (the reward service's lanes, the bench, the agent's search) gets on a cluster."""
 
     def __init__(self, pool: JudgePool, problem: Problem, options: EvalOptions, jobs: int = 1):
         self.pool, self.problem, self.options, self.jobs = pool, problem, options, jobs
-        self.device_model: str | None = None  # of the actor that answered last
+        self._last_model: str | None = None  # of the actor that answered last
+
+    @property
+    def device_model(self) -> str | None:
+        """The model of the device the last answer came from (the pool's, before any)."""
+        return self._last_model or self.pool.device_models[0]
+
+    @property
+    def hardware(self) -> Hardware:
+        """The actors' device, not the driver's."""
+        return self.pool.hardware
 
     def evaluate(self, source: str) -> EvalResult:
         return self.evaluate_all([source])[0]
@@ -284,12 +298,12 @@ class RemoteEvaluator:
 
     def evaluate_all(self, sources: list[str]) -> list[EvalResult]:
         answer = self.pool.judge(self.problem, self.options, sources, jobs=self.jobs)
-        self.device_model = answer["device_model"]
+        self._last_model = answer["device_model"]
         return answer["results"]
 
     def health(self) -> dict:
         answer = self.pool.judge(self.problem, self.options, [], jobs=self.jobs, health=True)
-        self.device_model = answer["device_model"]
+        self._last_model = answer["device_model"]
         return answer["health"]
 
     def close(self) -> None:

@@ -3,9 +3,9 @@
 Heavy imports (torch) happen on first use, so `kernelopt --help` stays fast.
 """
 
-from kernelopt.sandbox.results import EvalOptions, EvalResult
+from kernelopt.sandbox.results import EvalOptions, EvalResult, Judge
 
-__all__ = ["EvalOptions", "EvalResult", "Evaluator", "evaluate"]
+__all__ = ["EvalOptions", "EvalResult", "Evaluator", "Judge", "evaluate"]
 
 
 def evaluate(problem, candidate_source, options=None):

@@ -24,6 +24,7 @@ it can leak between them (docs/referee.md, "The Evaluator"):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import secrets
@@ -39,7 +40,9 @@ from pathlib import Path
 from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import isolation, scratch
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
-from kernelopt.sandbox.device import default_memory_limit, resolve_device
+from kernelopt.sandbox.device import default_memory_limit, device_model, resolve_device
+from kernelopt.sandbox.hardware import Hardware
+from kernelopt.sandbox.hardware import describe as describe_hardware
 from kernelopt.sandbox.records import ReferenceTrials, input_sets
 from kernelopt.sandbox.session import CandidateSession, load_message
 from kernelopt.sandbox.worker import commands
@@ -180,6 +183,23 @@ class Evaluator:
 
         if not reply.get("ok"):
             raise ProblemError(self.problem.path, f"the reference failed: {reply.get('error', reply)}")
+
+    # -- the rest of the Judge protocol (results.Judge) ----------------------------------------
+
+    def health(self) -> dict:
+        """The reference's health (problem_health.check_health on this Evaluator's reference)."""
+        from kernelopt.sandbox.problem_health import check_health
+
+        return check_health(self, self.options).as_dict()
+
+    @property
+    def device_model(self) -> str:
+        return device_model(self.options.device)
+
+    @functools.cached_property
+    def hardware(self) -> Hardware:
+        """This machine's device, as the prompt describes it."""
+        return describe_hardware(self.device)
 
     def evaluate(self, source: str) -> EvalResult:
         """Judge one candidate (the source of a file defining ModelNew)."""

@@ -1,4 +1,5 @@
-"""What goes into an evaluation and what comes out: `EvalOptions` and `EvalResult`.
+"""What goes into an evaluation and what comes out: `EvalOptions` and `EvalResult`; and what
+judges: `Judge`.
 
 These are the referee's public contract: `kernelopt eval --json` prints an `EvalResult`, the run
 store records it, rewards are computed from it. Add fields; do not rename or remove them.
@@ -6,9 +7,13 @@ store records it, rewards are computed from it. Add fields; do not rename or rem
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from kernelopt.sandbox.hardware import Hardware
 
 Status = Literal["correct", "incorrect", "compile_error", "runtime_error", "timeout", "rejected"]
 IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none", "docker"]
@@ -296,3 +301,36 @@ class EvalResult(BaseModel):
             parts.extend(f"warning: {w}" for w in self.isolation.warnings)
         parts.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(parts)
+
+
+class Judge(Protocol):
+    """What judges the candidates of one problem under one option set: a local
+    `sandbox.batch.Evaluator`, or `cluster.pool.RemoteEvaluator` on a Ray cluster's actors. The
+    reward service's lanes, the bench and the attempt pipeline take one of these."""
+
+    def evaluate(self, source: str) -> EvalResult:
+        """The verdict of one candidate (the source of a file defining ModelNew)."""
+        ...
+
+    def evaluate_many(self, sources: Iterable[str], jobs: int | None = None) -> Iterator[tuple[int, EvalResult]]:
+        """(index in `sources`, verdict) for each candidate, in the order verdicts are reached."""
+        ...
+
+    def health(self) -> dict:
+        """The reference's health (sandbox/problem_health.py's `Health.as_dict()`)."""
+        ...
+
+    @property
+    def device_model(self) -> str | None:
+        """The model of the device the verdicts are (or were last) measured on."""
+        ...
+
+    @property
+    def hardware(self) -> Hardware:
+        """The device the candidates are timed on, as the prompt describes it."""
+        ...
+
+    def close(self) -> None:
+        """Release what the judge holds: a local one's workers (it judges nothing after); a remote
+        one leaves its actor's Evaluator warm."""
+        ...

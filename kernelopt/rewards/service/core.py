@@ -25,8 +25,8 @@ from kernelopt.sandbox.results import EvalOptions
 class RewardService:
     """Judges completions and rewards them; the HTTP layer (`RewardServer`) is a thin shell.
 
-    `evaluator_factory(problem, options, jobs)` makes a lane's Evaluator (default: the real
-    one); it must have `evaluate_many(sources)` and `close()`. `compile_speedups` maps a
+    `evaluator_factory(problem, options, jobs)` makes a lane's judge (sandbox/results.Judge;
+    default: a local Evaluator); a lane calls its `evaluate_many(sources)` and `close()`. `compile_speedups` maps a
     problem's content hash to torch.compile's cached speedup on it (`kernelopt baselines`),
     which the milestone reward's last step needs."""
 

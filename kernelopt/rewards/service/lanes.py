@@ -1,36 +1,31 @@
-"""Lanes: one per problem and option set, each with one `Evaluator` (a warm reference worker,
-candidates in flight up to `jobs`) and a thread that takes every job waiting for it as one
+"""Lanes: one per problem and option set, each with one judge (sandbox/results.Judge: a local
+`Evaluator`, a warm reference worker with candidates in flight up to `jobs`, or a Ray cluster's
+`RemoteEvaluator`) and a thread that takes every job waiting for it as one
 batch, so concurrent requests for one problem share the warm reference. `LanePool` keeps them,
 least recently used first, and closes idle ones beyond its size.
 
 A lane knows the rest of the service only through what it is handed: the `JobTracker` it
 reports each job's start and end to, the semaphore of evaluation slots it must hold while
-evaluating, a way to make its Evaluator, and a callback for when a batch is done."""
+evaluating, a way to make its judge, and a callback for when a batch is done."""
 
 from __future__ import annotations
 
 import sys
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 from kernelopt.kernelbench import Problem
 from kernelopt.rewards.service.errors import ServiceError, ShuttingDown, as_service_error
 from kernelopt.rewards.service.jobs import Job
-from kernelopt.sandbox.results import EvalOptions, EvalResult
+from kernelopt.sandbox.results import EvalOptions, EvalResult, Judge
 
 
-class Evaluator(Protocol):
-    def evaluate_many(self, sources: list[str]) -> Iterable[tuple[int, EvalResult]]: ...
-
-    def close(self) -> None: ...
+EvaluatorFactory = Callable[[Problem, EvalOptions, int], Judge]
 
 
-EvaluatorFactory = Callable[[Problem, EvalOptions, int], Evaluator]
-
-
-def default_evaluator_factory(problem: Problem, options: EvalOptions, jobs: int) -> Evaluator:
+def default_evaluator_factory(problem: Problem, options: EvalOptions, jobs: int) -> Judge:
     from kernelopt.sandbox.batch import Evaluator  # imports torch, so only where a lane needs it
 
     return Evaluator(problem, options, jobs=jobs)
@@ -51,7 +46,7 @@ class Lane:
     lane's own thread touches the Evaluator."""
 
     def __init__(self, problem: Problem, options: EvalOptions, *, tracker: JobTracker,
-                 slots: threading.Semaphore, make_evaluator: Callable[[], Evaluator],
+                 slots: threading.Semaphore, make_evaluator: Callable[[], Judge],
                  after_batch: Callable[[], None]):
         self.problem, self.options = problem, options
         self._tracker, self._slots = tracker, slots
@@ -60,7 +55,7 @@ class Lane:
         self._pending: deque[Job] = deque()
         self._busy = False
         self._closing = False
-        self._evaluator: Evaluator | None = None
+        self._evaluator: Judge | None = None
         self._thread = threading.Thread(target=self._run, name=f"kernelopt-lane-{problem.short_hash}", daemon=True)
         self._thread.start()
 
