@@ -209,10 +209,11 @@ def test_timing_stops_once_the_speedup_is_precise_enough_and_reports_how_precise
     loose = evaluate(problem, source, fast_options(timing_budget=4.0, target_rel_spread=1e-9, target_precision=10.0))
     strict = evaluate(problem, source, fast_options(timing_budget=4.0, target_rel_spread=1e-9, target_precision=1e-9))
     assert loose.status == strict.status == "correct", (loose.message, strict.message)
-    # Loose: the first check after the minimum (three rounds, five calls) stops it.
-    assert loose.timing.rounds == 3
+    # Loose: the first check after the minimum (three rounds, five calls) stops it. A loaded host
+    # makes the harness slower and so the rounds smaller: then five calls take more rounds.
+    assert loose.timing.rounds == max(3, math.ceil(5 / loose.timing.calls_per_round))
     assert loose.timing.speedup_precision <= 10.0
-    assert loose.durations["timing"] < 2.0
+    assert loose.durations["timing"] < strict.durations["timing"]
     # Strict: nothing is precise enough, so the budget ends it.
     assert strict.timing.rounds > 3
     assert strict.durations["timing"] >= 3.0
