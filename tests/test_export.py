@@ -20,7 +20,8 @@ import sys
 
 import pytest
 from llm_server import ScriptedLLMServer
-from test_optimize import FAST, NO_CODE, PROBLEM, PROGRAM, answer
+from conftest import SOFTMAX_PROGRAM as PROGRAM
+from test_optimize import FAST, NO_CODE, PROBLEM, answer
 
 from kernelopt.cli import main
 from kernelopt.rewards import Outcome, discounted_returns, make_reward, max_reward_returns
