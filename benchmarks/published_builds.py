@@ -6,7 +6,7 @@ same files; see kernelopt/bench/published.py):
 1. capture: the candidate runs in the sandbox (the isolation backend the referee uses, on the
    CPU) with `torch.utils.cpp_extension.load_inline`/`load` replaced by a recorder that turns
    each call into the build request our candidate worker would send the host (the worker's own
-   `_build_request`); its module is executed and `ModelNew(*get_init_inputs())` constructed, so
+   `build_request`, worker/extensions.py); its module is executed and `ModelNew(*get_init_inputs())` constructed, so
    extensions built in `__init__` are seen too. Nothing is built or run on a device here.
 2. build: each request goes to the host's BuildService (the content-addressed cache the referee
    uses), for TORCH_CUDA_ARCH_LIST (default 9.0, the H100).
@@ -51,7 +51,7 @@ CAPTURE = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from torch.utils import cpp_extension
-from worker.main import _build_request
+from worker.extensions import build_request
 
 requests, problems = [], []
 
@@ -64,7 +64,7 @@ class _NotBuilt:
 
 def recorder(name, original):
     def record(*args, **kwargs):
-        request = _build_request(name, original, args, kwargs)
+        request = build_request(name, original, args, kwargs)
         if request is None:
             problems.append(f"a {name} call the host builder does not take (it would build in place)")
         else:

@@ -45,7 +45,7 @@ class ExtensionTracker:
             }
             tracker.builds.append(record)
             try:
-                request = _build_request(builder_name, original, args, kwargs)
+                request = build_request(builder_name, original, args, kwargs)
                 if request is not None and tracker.request_build is not None:
                     module = tracker.build_on_host(request, record)
                 else:
@@ -76,7 +76,7 @@ class ExtensionTracker:
         return module
 
 
-def _build_request(builder_name: str, original, args: tuple, kwargs: dict) -> dict | None:
+def build_request(builder_name: str, original, args: tuple, kwargs: dict) -> dict | None:
     """The call as a build request for the host, or None for what only torch's own builder
     handles (SYCL, non-module libraries, standalone executables): those build in place."""
     import inspect
