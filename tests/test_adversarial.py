@@ -83,7 +83,7 @@ class Case:
     statuses: set[str] = field(default_factory=set)
     not_statuses: set[str] = field(default_factory=set)
     flags: list[str] = field(default_factory=list)
-    rule: str | None = None  # the rule of kernelopt/sandbox/rules.py the verdict must name
+    rule: str | None = None  # the rule of kernelopt/sandbox/rules/ the verdict must name
     kinds: list[str] = field(default_factory=list)
     markers: set[str] = field(default_factory=set)
     timeout: float = DEFAULT_TIMEOUT
@@ -171,7 +171,7 @@ def parse_case(path: Path) -> Case:
     if "expect-rule" in values:
         case.rule = values["expect-rule"][0]
         if case.rule not in rules.RULES:
-            raise HeaderError(f"{path}: unknown rule {case.rule!r} (kernelopt/sandbox/rules.py)")
+            raise HeaderError(f"{path}: unknown rule {case.rule!r} (kernelopt/sandbox/rules/)")
     case.kinds = words("expect-kind")
     for kind in case.kinds:
         if kind not in KINDS:

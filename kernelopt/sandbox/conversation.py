@@ -2,7 +2,7 @@
 receive, expect, parse, settle, and whom a failure is blamed on.
 
 A failure of the reference worker (its reply, its death, its silence) is the problem's
-(ProblemError); the candidate's becomes a verdict through the rules (sandbox/rules.py). A run
+(ProblemError); the candidate's becomes a verdict through the rules (sandbox/rules/). A run
 (header, calls, report) is written once, in `WorkerRun`: the correctness trials drive the two
 workers' runs call by call side by side, the timed rounds one after the other, and a run the
 candidate's verdict cut short is finished in the reference worker by `WorkerRun.settle`.

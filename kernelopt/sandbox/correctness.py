@@ -3,7 +3,7 @@ the reference's replay of its kept results, and, in every timed round, the finge
 timed call and the full comparison of one call chosen after the round.
 
 `check_correctness` takes the conversation and what the phase needs, and returns what it found
-(`Correctness`); the verdicts come from the rules (sandbox/rules.py).
+(`Correctness`); the verdicts come from the rules (sandbox/rules/).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The referee's plain records: what the workers report per call and per run, the input sets the
 reference makes, the reference's trial results, and each side's part of a timed round.
 
-Records hold data only. The rules (sandbox/rules.py) are functions of them; the conversation
+Records hold data only. The rules (sandbox/rules/) are functions of them; the conversation
 (sandbox/conversation.py) makes them from the workers' replies.
 """
 

@@ -268,7 +268,7 @@ class EvalResult(BaseModel):
     )
     rules: list[str] = Field(
         default_factory=list, description="the referee's rules that decided or flagged this verdict, by name "
-                                          "(kernelopt/sandbox/rules.py; docs/referee.md, 'The rules')")
+                                          "(kernelopt/sandbox/rules/; docs/referee.md, 'The rules')")
     optimization_kinds: list[str] = Field(default_factory=list)
     isolation: Isolation | None = None
     environment: Environment | None = None

@@ -4,7 +4,7 @@ An evaluation uses two sandboxed workers, one hosting the reference and one the 
 the candidate never shares an interpreter with reference outputs, the comparison or the
 verdict. The host picks secret seeds, has the reference worker make the input sets, hands them
 to both workers one call at a time, compares what comes back and decides. docs/referee.md
-says what each step defends; the rules that decide are in rules.py.
+says what each step defends; the rules that decide are in rules/.
 
 Phases: startup -> load (the candidate's compile happens here) -> correctness trials
 (correctness.py) -> timing (timing/rounds.py) -> verdict. The first rule broken ends the

@@ -6,7 +6,7 @@ over, the output copied out and fingerprinted), the same work on both sides. The
 side's overhead beyond the other's, past the noise of the paired calls and the few per cent
 by which two processes differ, is charged to the candidate (`charge`; never to the trusted
 reference, whose disturbed rounds are capped instead: noise may only lower a speedup); a gross
-gap is rejected by the rule `wall_clock_gap` (sandbox/rules.py) on `Overheads.gross`.
+gap is rejected by the rule `wall_clock_gap` (sandbox/rules/) on `Overheads.gross`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The timed rounds: interleaved turns of the two workers on one core, the host's clock around
 every call, until the stop rule (stop.py) says enough; then the charged speedup (allowance.py)
 and its interval (stats.py). `measure` returns the Timing and how many calls were compared in
-full; the verdicts come from the rules (sandbox/rules.py).
+full; the verdicts come from the rules (sandbox/rules/).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ in the input slot or as the frame's blob.
     built    the host's answer to a candidate's build request (sent while it loads)
 
 A failure reply carries "ok": false, one of FAILURE_KINDS and "error"; the host maps each kind
-through the referee's rules (sandbox/rules.py).
+through the referee's rules (sandbox/rules/).
 """
 
 from __future__ import annotations
