@@ -115,3 +115,122 @@ def test_bad_episode_settings_are_refused(settings, match):
         KernelEpisode("1/1", **settings)
     with pytest.raises(EpisodeError, match=match):
         trl_env.environment_factory(CLOSED_URL, **settings)()
+
+
+# -- TRL: environment_factory through GRPOTrainer's tool loop and reward step ----------------------
+
+def _tool_call(code: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "evaluate", "arguments": {"code": code}}}]}
+
+
+def test_trl_runs_our_environment_through_its_tool_loop_and_reward_step(service_url, monkeypatch):
+    pytest.importorskip("trl")
+    import inspect
+
+    from test_trainers import _grpo_trainer_without_a_model
+    from transformers.utils import get_json_schema
+    from trl.trainer import grpo_trainer as grpo
+
+    factory = pickle.loads(pickle.dumps(trl_env.environment_factory(
+        service_url, reward="binary:incorrect=-0.5,format=-1", max_turns=3)))
+    # What GRPOTrainer.__init__ reads off a probe instance: reset, get_reward, and the tools.
+    probe = factory()
+    members = dict(inspect.getmembers(type(probe), predicate=inspect.isfunction))
+    tools = [name for name in members if name not in ("reset", "get_reward") and not name.startswith("_")]
+    assert tools == ["evaluate"] and "reset" in members and "get_reward" in members
+    schema = get_json_schema(probe.evaluate)  # what the chat template gets for the tool
+    assert schema["function"]["parameters"]["required"] == ["code"]
+
+    def get_reward(environments, **kwargs):  # the wrapper __init__ makes of get_reward
+        return [e.get_reward() for e in environments]
+
+    trainer, _, _ = _grpo_trainer_without_a_model([get_reward])
+    environments = [factory() for _ in range(3)]
+    prompt = [{"role": "user", "content": "Write ModelNew for ReLU."}]
+    inputs = [{"prompt": prompt, "problem": "1/1"} for _ in environments]
+    prompts = []
+    for environment, row in zip(environments, inputs):  # _generate_and_score_completions' reset
+        note = environment.reset(**row)
+        prompts.append([{**prompt[0], "content": prompt[0]["content"] + note}])
+    assert "`evaluate` tool" in prompts[0][0]["content"] and "3 times" in prompts[0][0]["content"]
+    vars(trainer).update(
+        environments=environments, environment_factories={None: factory}, _batch_environments=[None] * 3,
+        _env_tools={None: [environments[0].evaluate]}, tools=[environments[0].evaluate],
+        _sync_tool_dicts=[{"evaluate": e.evaluate} for e in environments], _async_tool_dicts=[{}, {}, {}],
+        max_tool_calling_iterations=4, use_vllm=False, _is_vlm=False, max_completion_length=10**6,
+        model=types.SimpleNamespace(config=types.SimpleNamespace(max_position_embeddings=10**6)), _tokenizer=None)
+
+    # The model's turns after each tool answer, per rollout (the generation and parsing are stubs).
+    script = {0: iter([_tool_call(fenced(HONEST)), {"role": "assistant", "content": "Done."}]),
+              2: iter([{"role": "assistant", "content": "I give up."}])}
+    monkeypatch.setattr(trainer, "_generate_single_turn", lambda ids, *a, **k: ([[1000 + i[0]] for i in ids], None),
+                        raising=False)
+    monkeypatch.setattr(trainer, "_get_tool_suffix_ids", lambda messages: [7] * len(messages), raising=False)
+    monkeypatch.setattr(grpo, "parse_response", lambda tokenizer, ids, **kwargs: next(script[ids[0] - 1000]))
+    completions = [[_tool_call(fenced(WRONG))], [{"role": "assistant", "content": "No tool for me."}],
+                   [_tool_call("a fused kernel, trust me")]]
+    prompt_ids = [[0], [1], [2]]
+    loop = trainer._tool_call_loop([list(p) for p in prompts], prompt_ids, [[9], [9], [9]], completions, None, None,
+                                   None)
+    _, completions, _, _, calls, failures, _ = loop
+    assert (calls, failures) == (3, 0)
+    tool_texts = [[m["content"] for m in c if m["role"] == "tool"] for c in completions]
+    assert tool_texts[0][0].startswith("verdict: incorrect") and tool_texts[0][1].startswith("verdict: correct")
+    assert tool_texts[1] == [] and tool_texts[2][0].startswith("verdict: format_error")
+
+    rewards = trainer._calculate_rewards(inputs, prompts, completions, [[1]] * 3)
+    # The best tested program; no program tested: the format reward; only a format error: the same.
+    assert rewards[:, 0].tolist() == [1.0, -1.0, -1.0]
+    assert [t.status for t in environments[1]._episode.turns] == ["format_error"]
+    third = environments[0].evaluate(fenced(HONEST))  # the third of three: no request for another
+    assert third.startswith("verdict: correct") and "Make it faster" not in third
+    assert environments[0].evaluate(fenced(HONEST)).startswith("No evaluations left")
+
+
+# -- verifiers: load_environment and run_group, as prime-rl calls them -----------------------------
+
+@pytest.fixture
+def keep_signal_handlers():
+    """verifiers' Environment installs SIGINT/SIGTERM handlers; the test session keeps its own."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_verifiers_environment_rolls_out_and_scores_with_the_referee(service_url, monkeypatch, keep_signal_handlers):
+    vf = pytest.importorskip("verifiers")
+    if not hasattr(vf, "MultiTurnEnv"):
+        pytest.skip("this verifiers has no classic MultiTurnEnv (0.4's v1 API is not supported)")
+    answers = ["I would fuse it.", fenced(WRONG), fenced(HONEST), fenced(HONEST)]
+
+    def reply(body, index):  # the answer for the conversation's turn
+        turn = sum(1 for m in body["messages"] if m.get("role") == "assistant")
+        return Reply(content=answers[turn])
+
+    monkeypatch.setenv("KERNELOPT_TEST_LLM_KEY", "test-key")
+    env = vf.load_environment("kernelopt.rewards.environments.verifiers_env", problem_set=str(REPO / "examples" /
+                              "level1"), ids="1", label="id", url=service_url, reward="binary:incorrect=-0.5,format=-1",
+                              max_turns=3)
+    assert env.env_id == "kernelopt.rewards.environments.verifiers_env" and len(env.get_dataset()) == 1
+    row = env.get_dataset().to_list()[0]
+    assert row["answer"] == "1/1" and "class Model" in row["prompt"][-1]["content"]
+    with ScriptedLLMServer(reply) as llm:
+        client = vf.ClientConfig(api_base_url=llm.url, api_key_var="KERNELOPT_TEST_LLM_KEY", max_retries=0)
+        outputs = asyncio.run(env.run_group([row, row], client, "test-model", {"temperature": 1.0}))
+        seen = [[m["content"] for m in body["messages"] if m["role"] == "user"][1:] for body in llm.requests]
+    assert len(outputs) == 2 and llm.answered() == 6  # three turns per rollout, the fourth answer never asked
+    for output in outputs:
+        assert output["error"] is None and output["reward"] == 1.0, output  # the best of its three turns
+        metrics = output["metrics"]
+        assert metrics["kernelopt_correct"] == 1.0 and metrics["kernelopt_speedup"] > 0
+        assert metrics["kernelopt_judged_turns"] == 3.0 and metrics["num_turns"] == 3
+        assert output["stop_condition"] in ("kernelopt_done", "max_turns_reached")
+        feedback = [m["content"] for m in output["completion"] if m["role"] == "user"]
+        assert feedback[0].startswith("verdict: format_error") and feedback[1].startswith("verdict: incorrect")
+    # What the model read: the verdict of its previous answer, then what to do.
+    assert sorted(len(s) for s in seen) == [0, 0, 1, 1, 2, 2]
+    assert all(s[-1].startswith("verdict: incorrect") and s[-1].endswith("block.") for s in seen if len(s) == 2)

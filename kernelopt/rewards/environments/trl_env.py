@@ -13,7 +13,7 @@ environment owns the reward (`get_reward`: the episode's, the best tested progra
 TRL makes one instance per rollout and reuses it across batches: `reset(**row)` starts a new
 episode on the row's problem ("problem" column, else "ground_truth") and returns the note TRL
 appends to the prompt. Every public method but `reset` and `get_reward` is a tool to TRL, so
-`evaluate` is the only one. No standard library closure is involved, so the factory pickles.
+`evaluate` is the only one. The factory is a `functools.partial` of the class, so it pickles.
 """
 
 from __future__ import annotations
