@@ -17,7 +17,6 @@ with the real referee (device cpu, tiny timing settings), driven by each trainer
 from __future__ import annotations
 
 import asyncio
-import math
 import pickle
 import types
 import warnings
@@ -234,3 +233,100 @@ def test_verifiers_environment_rolls_out_and_scores_with_the_referee(service_url
     # What the model read: the verdict of its previous answer, then what to do.
     assert sorted(len(s) for s in seen) == [0, 0, 1, 1, 2, 2]
     assert all(s[-1].startswith("verdict: incorrect") and s[-1].endswith("block.") for s in seen if len(s) == 2)
+
+
+# -- OpenRLHF 0.11: the agent file, through MultiTurnAgentExecutor.execute -------------------------
+
+class _CharTokenizer:
+    """A stand-in for the HF tokenizer: one token per character."""
+
+    def __call__(self, text, add_special_tokens=False, return_tensors="pt"):
+        return {"input_ids": torch.tensor([[ord(c) for c in text]])}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(i) for i in ids)
+
+
+class _ScriptedEngine:
+    """A stand-in for the vLLM engine: answers from a script, records what it was given."""
+
+    def __init__(self, answers):
+        self.answers, self.seen = list(answers), []
+
+    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
+        self.seen.append("".join(chr(i) for i in token_ids))
+        text = self.answers.pop(0)
+        output = types.SimpleNamespace(token_ids=[ord(c) for c in text], text=text, finish_reason="stop",
+                                       logprobs=None)
+        return types.SimpleNamespace(outputs=[output])
+
+
+def _agent_settings(monkeypatch, url: str, max_turns: int = 3) -> None:
+    monkeypatch.setenv("KERNELOPT_REWARD_URL", url)
+    monkeypatch.setenv("KERNELOPT_AGENT_REWARD", "binary:incorrect=-0.5,format=-1")
+    monkeypatch.setenv("KERNELOPT_AGENT_MAX_TURNS", str(max_turns))
+
+
+def test_openrlhf_executor_runs_our_agent_file(service_url, monkeypatch, tmp_path):
+    pytest.importorskip("openrlhf.utils.agent")
+    import importlib.util
+
+    from openrlhf.utils.agent import AgentExecutorBase
+
+    _agent_settings(monkeypatch, service_url)
+    agent_file = tmp_path / "kernel_agent.py"
+    agent_file.write_text("from kernelopt.rewards.environments.openrlhf_agent import AgentExecutor  # noqa: F401\n")
+    # How 0.11.2's vllm_engine._load_agent_executor loads --train.agent_func_path (it imports vllm itself).
+    spec = importlib.util.spec_from_file_location("agent_module", agent_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert issubclass(module.AgentExecutor, AgentExecutorBase)
+    executor = module.AgentExecutor()
+
+    prompt = "<|im_start|>user\nWrite ModelNew for ReLU.<|im_end|>\n<|im_start|>assistant\n"
+    engine = _ScriptedEngine(["I would fuse it.", fenced(WRONG), fenced(HONEST)])
+    params = types.SimpleNamespace(max_tokens=None, logprobs=None)
+    result = asyncio.run(executor.execute(prompt, "1/1", params, 10**6, _CharTokenizer(), engine))
+    assert result["reward"] == pytest.approx(1.0) and result["scores"] == 1.0  # the sum of the steps: the best turn
+    assert len(result["action_ranges"]) == 3 and engine.answers == []
+    assert result["extra_logs"]["kernelopt_turns"] == 3.0 and result["extra_logs"]["kernelopt_speedup"] > 0
+    # The second and third generations saw the verdicts in ChatML user turns.
+    assert engine.seen[1].endswith("<|im_end|>\n<|im_start|>assistant\n") and "verdict: format_error" in engine.seen[1]
+    assert "<|im_start|>user\nverdict: incorrect" in engine.seen[2]
+    text = _CharTokenizer().decode(result["observation_tokens"])
+    assert text.startswith(prompt) and text.endswith(fenced(HONEST))  # the last turn adds no feedback
+
+
+def test_openrlhf_011_step_and_reset_formats_are_what_its_executor_reads(service_url, monkeypatch):
+    """Pinned from openrlhf 0.11.2's `utils/agent.py` (runs without openrlhf): the executor makes
+    `agent_instance_cls()` without arguments, reads reset(...)["observation"], and of each
+    step: `rewards.item()` added up, "scores", "environment_feedback" (text appended to the
+    tokens), "done", "extra_logs" (later `torch.tensor([value])` per key)."""
+    _agent_settings(monkeypatch, service_url, max_turns=2)
+    agent = openrlhf_agent.KernelAgentInstance()
+    prompt = "<|im_start|>user\nWrite ModelNew.<|im_end|>\n<|im_start|>assistant\n"
+    reset = asyncio.run(agent.reset({"observation": prompt, "label": "1/1"}))
+    assert reset["observation"] == prompt
+    total, steps = 0.0, []
+    for action in (fenced(WRONG), "nothing"):
+        step = asyncio.run(agent.step({"observation_text": prompt, "action_text": action, "label": "1/1",
+                                       "sampling_params": None}))
+        total += step["rewards"].item()
+        assert isinstance(step["environment_feedback"], str) and isinstance(step["done"], bool)
+        assert all(torch.tensor([value]).shape == (1,) for value in step["extra_logs"].values())
+        steps.append(step)
+    assert [s["done"] for s in steps] == [False, True] and total == pytest.approx(-0.5)  # the best: incorrect
+    assert steps[0]["environment_feedback"].startswith("<|im_end|>\n<|im_start|>user\nverdict: incorrect")
+    assert steps[1]["environment_feedback"] == "" and steps[1]["scores"] == 0.0
+
+
+def test_openrlhf_agent_pays_the_failure_reward_when_no_turn_is_judged(monkeypatch):
+    _agent_settings(monkeypatch, CLOSED_URL, max_turns=1)
+    monkeypatch.setenv("KERNELOPT_AGENT_FAILURE_REWARD", "-2")
+    agent = openrlhf_agent.KernelAgentInstance()
+    asyncio.run(agent.reset({"observation": "p", "label": "1/1"}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = asyncio.run(agent.step({"observation_text": "p", "action_text": fenced(HONEST), "label": "1/1"}))
+    assert any(issubclass(w.category, RewardWarning) for w in caught)
+    assert step["rewards"].item() == -2.0 and step["done"] and step["extra_logs"]["kernelopt_unscorable"] == 1.0
