@@ -5,11 +5,11 @@ with the real referee (device cpu, tiny timing settings), driven by each trainer
 - TRL 1.16.0 (the dev extra): `GRPOTrainer._tool_call_loop` runs our `evaluate` tool and
   `_calculate_rewards` our `get_reward`, on a trainer built without a model; the generation and
   the tokenizer's parsing are stubs (they are the model's part).
-- verifiers 0.3.1 (not installable with the dev extra: it pins mcp<2; see docs/rewards.md):
+- verifiers 0.3.1 (not installable with the dev extra: it pins mcp<2; `scripts/setup_rl_envs.sh`):
   `vf.load_environment` and `Environment.run_group`, the rollout-and-score path prime-rl
   calls, with a ClientConfig pointing at the scripted OpenAI-compatible server tests/llm_server.py.
   Skipped without verifiers.
-- OpenRLHF 0.11.2 (needs vllm, ray and deepspeed; installable with --no-deps): its
+- OpenRLHF 0.11.2 (needs vllm, ray and deepspeed; `scripts/setup_rl_envs.sh` installs it without): its
   `MultiTurnAgentExecutor.execute` with a stub engine and tokenizer. Skipped without openrlhf;
   the step/reset format it reads is pinned below in a test that always runs.
 """
@@ -114,6 +114,17 @@ def test_bad_episode_settings_are_refused(settings, match):
         KernelEpisode("1/1", **settings)
     with pytest.raises(EpisodeError, match=match):
         trl_env.environment_factory(CLOSED_URL, **settings)()
+    with pytest.raises(EpisodeError, match=match):  # OpenRLHF's instances take their settings as class attributes
+        type("Agent", (openrlhf_agent.KernelAgentInstance,), settings)()
+
+
+def test_openrlhf_agent_settings_from_malformed_variables_are_refused(monkeypatch):
+    monkeypatch.setenv("KERNELOPT_AGENT_MAX_TURNS", "four")
+    with pytest.raises(EpisodeError, match="KERNELOPT_AGENT_MAX_TURNS='four' is not a whole number"):
+        openrlhf_agent.KernelAgentInstance()
+    monkeypatch.setenv("KERNELOPT_AGENT_MAX_TURNS", "0")
+    with pytest.raises(EpisodeError, match="max_turns must be a whole number of at least 1, not 0"):
+        openrlhf_agent.KernelAgentInstance()
 
 
 # -- TRL: environment_factory through GRPOTrainer's tool loop and reward step ----------------------

@@ -66,12 +66,7 @@ class KernelEpisode:
     def __init__(self, problem, *, url: str | None = None, reward: str | None = None, options: dict | None = None,
                  max_turns: int = 4, target_speedup: float | None = None, episode_reward: str = "best",
                  client: RewardClient | None = None):
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise EpisodeError(f"max_turns must be a whole number of at least 1, not {max_turns!r}")
-        if episode_reward not in EPISODE_REWARDS:
-            raise EpisodeError(f"episode_reward must be one of {', '.join(EPISODE_REWARDS)}, not {episode_reward!r}")
-        if target_speedup is not None and not target_speedup > 0:
-            raise EpisodeError(f"target_speedup must be above 0 (or None), not {target_speedup!r}")
+        check_settings(max_turns=max_turns, target_speedup=target_speedup, episode_reward=episode_reward)
         if not problem:
             raise EpisodeError("no problem: pass the reference program or a problem id of the service's set")
         self.problem, self.reward_spec, self.options = problem, reward, options
@@ -131,6 +126,18 @@ class KernelEpisode:
     def _reached_target(self, answer: dict) -> bool:
         return (self.target_speedup is not None and answer["status"] == "correct"
                 and (answer.get("speedup") or 0.0) >= self.target_speedup)
+
+
+def check_settings(*, max_turns: int = 4, target_speedup: float | None = None, episode_reward: str = "best",
+                   **_) -> None:
+    """Refuse settings no episode can run with (the environments check them when built, before
+    any rollout); other keywords are ignored."""
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise EpisodeError(f"max_turns must be a whole number of at least 1, not {max_turns!r}")
+    if episode_reward not in EPISODE_REWARDS:
+        raise EpisodeError(f"episode_reward must be one of {', '.join(EPISODE_REWARDS)}, not {episode_reward!r}")
+    if target_speedup is not None and not target_speedup > 0:
+        raise EpisodeError(f"target_speedup must be above 0 (or None), not {target_speedup!r}")
 
 
 def _unscorable(error: RewardServiceError) -> dict:

@@ -27,7 +27,7 @@ import os
 
 import torch
 
-from kernelopt.rewards.environments.episode import KernelEpisode
+from kernelopt.rewards.environments.episode import EpisodeError, KernelEpisode, check_settings
 
 try:
     from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
@@ -38,9 +38,19 @@ except ImportError:  # pragma: no cover - exercised where openrlhf is not instal
 CHATML_FEEDBACK = "<|im_end|>\n<|im_start|>user\n{feedback}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def _env_float(name: str) -> float | None:
-    value = os.environ.get(name)
-    return float(value) if value not in (None, "") else None
+def _from_env(name: str, kind: type):
+    """The variable's value as `kind`, None when unset or empty; a clear error when malformed."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise EpisodeError(f"{name}={value!r} is not {'a whole number' if kind is int else 'a number'}") from None
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
 
 
 class KernelAgentInstance(AgentInstanceBase):
@@ -58,13 +68,11 @@ class KernelAgentInstance(AgentInstanceBase):
         self._settings = dict(
             url=self.url or os.environ.get("KERNELOPT_REWARD_URL"),
             reward=self.reward or os.environ.get("KERNELOPT_AGENT_REWARD") or None,
-            max_turns=self.max_turns or int(os.environ.get("KERNELOPT_AGENT_MAX_TURNS") or 4),
-            target_speedup=self.target_speedup if self.target_speedup is not None
-            else _env_float("KERNELOPT_AGENT_TARGET_SPEEDUP"),
+            max_turns=_first(self.max_turns, _from_env("KERNELOPT_AGENT_MAX_TURNS", int), 4),
+            target_speedup=_first(self.target_speedup, _from_env("KERNELOPT_AGENT_TARGET_SPEEDUP", float)),
             episode_reward=self.episode_reward)
-        failure = self.failure_reward if self.failure_reward is not None else _env_float("KERNELOPT_AGENT_FAILURE_REWARD")
-        self._failure = 0.0 if failure is None else failure
-        KernelEpisode("check", **self._settings)  # bad settings fail at once
+        self._failure = _first(self.failure_reward, _from_env("KERNELOPT_AGENT_FAILURE_REWARD", float), 0.0)
+        check_settings(**self._settings)  # bad settings fail at once
         self._episode: KernelEpisode | None = None
         self._paid = 0.0
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 
 from kernelopt.rewards.adapters import PROBLEM_COLUMNS
-from kernelopt.rewards.environments.episode import EpisodeError, KernelEpisode
+from kernelopt.rewards.environments.episode import EpisodeError, KernelEpisode, check_settings
 
 NOTE = ("\n\nTest a program with the `evaluate` tool before you answer: it runs the referee and returns its "
         "verdict (compile errors, wrong results, the speedup). You can call it {turns} times; the best "
@@ -36,7 +36,7 @@ class KernelToolEnv:
                  column: str | None = None):
         self._settings = dict(url=url, reward=reward, options=options, max_turns=max_turns,
                               target_speedup=target_speedup, episode_reward=episode_reward)
-        KernelEpisode("check", **self._settings)  # bad settings fail when TRL probes the factory
+        check_settings(**self._settings)  # bad settings fail when TRL probes the factory
         self._columns = (column,) if column else PROBLEM_COLUMNS
         self._episode: KernelEpisode | None = None
 

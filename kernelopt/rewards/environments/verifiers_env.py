@@ -23,7 +23,7 @@ from __future__ import annotations
 import verifiers as vf
 
 from kernelopt.kernelbench import load_problem_set, parse_id_ranges
-from kernelopt.rewards.environments.episode import KernelEpisode, first_prompt, problem_label
+from kernelopt.rewards.environments.episode import KernelEpisode, check_settings, first_prompt, problem_label
 
 STATE_KEY = "kernelopt_episode"
 
@@ -36,7 +36,7 @@ class KernelEnv(vf.MultiTurnEnv):
                  failure_reward: float = 0.0, **kwargs):
         self.episode_settings = dict(url=url, reward=reward, options=options, max_turns=max_turns,
                                      target_speedup=target_speedup, episode_reward=episode_reward)
-        KernelEpisode("check", **self.episode_settings)  # bad settings fail here, not in a rollout
+        check_settings(**self.episode_settings)  # bad settings fail here, not in a rollout
         self.failure_reward = float(failure_reward)
         rubric = vf.Rubric(funcs=[self.kernelopt_reward], weights=[1.0])
         for metric in (kernelopt_correct, kernelopt_speedup, kernelopt_judged_turns):
