@@ -6,8 +6,8 @@ with the real referee (device cpu, tiny timing settings), driven by each trainer
   `_calculate_rewards` our `get_reward`, on a trainer built without a model; the generation and
   the tokenizer's parsing are stubs (they are the model's part).
 - verifiers 0.3.1 (not installable with the dev extra: it pins mcp<2; `scripts/setup_rl_envs.sh`):
-  `vf.load_environment` and `Environment.run_group`, the rollout-and-score path prime-rl
-  calls, with a ClientConfig pointing at the scripted OpenAI-compatible server tests/llm_server.py.
+  `vf.load_environment` and `Environment.run_group` (what verifiers' env server worker and
+  `generate` call to roll out and score a group), with a ClientConfig pointing at the scripted OpenAI-compatible server tests/llm_server.py.
   Skipped without verifiers.
 - OpenRLHF 0.11.2 (needs vllm, ray and deepspeed; `scripts/setup_rl_envs.sh` installs it without): its
   `MultiTurnAgentExecutor.execute` with a stub engine and tokenizer. Skipped without openrlhf;
@@ -198,7 +198,7 @@ def test_trl_runs_our_environment_through_its_tool_loop_and_reward_step(service_
     assert environments[0].evaluate(fenced(HONEST)).startswith("No evaluations left")
 
 
-# -- verifiers: load_environment and run_group, as prime-rl calls them -----------------------------
+# -- verifiers: load_environment and run_group, as its env server calls them -----------------------------
 
 @pytest.fixture
 def keep_signal_handlers():
