@@ -233,6 +233,15 @@ def test_optimize_searches_each_spot_and_composes_the_winners(capsys, tmp_path, 
     assert all(r["survived"] for r in report["spots"])
     assert (tmp_path / "run" / "optimized.py").is_file() and (tmp_path / "run" / "report.json").is_file()
     assert json.loads((tmp_path / "run" / "problems" / "manifest.json").read_text())["problems"]
+    # kernelopt report on the run folder: the hot spots' section with this run's own numbers
+    assert main(["report", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert '<section id="model">' in html and "End to end against Amdahl" in html
+    for spot in report["spots"]:
+        assert f"<td>{spot['module']}</td><td>{spot['share']:.1%}</td>" in html
+        assert f"{spot['speedup_alone']:.2f}x" in html
+    assert f"{report['end_to_end']['speedup']:.2f}x" in html and f"{report['amdahl_prediction']:.2f}x" in html
 
 
 def test_a_whole_model_run_resumes_with_a_bigger_budget(capsys, tmp_path, monkeypatch):
