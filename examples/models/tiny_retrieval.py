@@ -1,6 +1,6 @@
 """A small retrieval encoder (written for kernelopt's `kernelopt model` examples).
 
-Each item's features go through an MLP and are scaled to unit length, ready for cosine
+Each item's features go through a residual feed-forward layer and are scaled to unit length, ready for cosine
 similarity. The normalization is written the way one sometimes finds it: the row norms are read
 off the diagonal of the Gram matrix, so every pairwise dot product between the items is computed
 and all but one per row thrown away. That wasted work is the hot spot `kernelopt model profile`
@@ -17,14 +17,16 @@ hidden = 128
 
 
 class Encoder(nn.Module):
+    """A residual feed-forward layer behind a LayerNorm."""
+
     def __init__(self, dim, hidden):
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
 
     def forward(self, x):
-        return self.fc2(self.act(self.fc1(x)))
+        return x + self.down(torch.relu(self.up(self.norm(x))))
 
 
 class Normalize(nn.Module):
