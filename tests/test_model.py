@@ -203,10 +203,14 @@ def test_removing_wasted_work_in_one_submodule_speeds_the_model_up_as_amdahl_pre
     """tiny_retrieval's `normalize` computes the whole Gram matrix to read its diagonal; the
     hand-written replacement sums the squares. The end-to-end speedup's 95 % interval must meet
     what Amdahl's law predicts from the spot's share and its speedup alone, each given the room
-    a loaded 2-core host needs: the share +-0.1, the speedup alone within a factor 2, the
-    end-to-end interval widened by a factor 1.25. (On the 2-core development host: share about
-    0.53, 7x alone, Amdahl 1.86x, measured 1.98x [1.82, 2.14]; the range is 1.46x to 2.46x, so a
-    replacement that lost its speedup in context, near 1x, falls below it.)"""
+    a loaded 2-core host needs: the speedup alone within a factor 2, the end-to-end interval
+    widened by a factor 1.25, the share -0.1 below and +0.3 above. The upper side is loose on
+    purpose: under load the reference's Gram matrix (4 MiB written per call) loses more to cache
+    and memory contention than the rest of the model, so its share of the referee's wall time
+    grows past the profiled one (at load average 6 on 2 cores: 3.45x [2.80, 4.10] measured where
+    1.71x was predicted; quiet: 1.98x [1.82, 2.14] against 1.86x). The lower side is the
+    acceptance: with share 0.5 and 7x alone it is 1.4x, so a replacement that lost its speedup
+    in context (near 1x, with an interval as narrow as a quiet host gives) fails."""
     report = run_json(capsys, [
         "model", "compose", str(RETRIEVAL), "--forwards", "5", "--json", "--out", str(tmp_path / "o.py"),
         "--device", "cpu", "--timing-budget", "1.5", "--correctness-trials", "2",
@@ -219,7 +223,7 @@ def test_removing_wasted_work_in_one_submodule_speeds_the_model_up_as_amdahl_pre
     assert e2e["correct"], e2e
     assert report["amdahl_prediction"] == pytest.approx(amdahl(share, alone), rel=1e-3)
     low = amdahl(max(0.0, share - 0.1), max(1.0, alone / 2))
-    high = amdahl(min(0.95, share + 0.1), alone * 2)
+    high = amdahl(min(0.95, share + 0.3), alone * 2)
     measured_low, measured_high = e2e["interval"]
     assert measured_low / 1.25 <= high and measured_high * 1.25 >= low, (
         f"end to end {e2e['speedup']:.3f}x [{measured_low:.3f}, {measured_high:.3f}] outside Amdahl's "

@@ -65,6 +65,7 @@ def test_a_model_run_gets_its_hot_spots_section(tmp_path, capsys):
     # the plot: a bar per spot with a speedup alone, Amdahl's prediction and the end to end; a cross for none
     assert page.count("plot-model-speedups", "rect", "bar") == 4
     assert page.count("plot-model-speedups", "g", "failed") == 1
+    assert "differ by more than a quarter" not in text      # 1.31x measured, 1.34x predicted
     md = (folder / "report.md").read_text()
     assert "## Hot spots" in md and "| blocks.0.attn | 42.0% | 2.50x |" in md and "## End to end against Amdahl" in md
 
@@ -75,7 +76,11 @@ def test_a_model_run_composed_nothing_and_one_elsewhere(tmp_path, capsys):
     code, out, err = report(capsys, folder, "--out", str(tmp_path / "elsewhere"))
     assert code == 0, err
     html = (tmp_path / "elsewhere" / "report.html").read_text()
-    assert "end to end: nothing composed" in html
+    assert "end to end: nothing composed" in html and "differ by more than a quarter" not in html
+    folder, _ = model_run(tmp_path / "far", {"status": "correct", "correct": True, "speedup": 3.45,
+                                             "interval": [2.8, 4.1], "message": ""})
+    assert report(capsys, folder)[0] == 0
+    assert "differ by more than a quarter" in (folder / "report.html").read_text()   # 3.45x against 1.34x
     assert json.loads((tmp_path / "elsewhere" / "report.json").read_text())["model"] == "tiny_transformer"
 
 

@@ -77,6 +77,11 @@ def model_tables(report: dict) -> dict[str, Table]:
             f"{format_speedup(interval[0])}-{format_speedup(interval[1])}" if interval else "-",
             format_speedup(report.get("amdahl_prediction")), _bound(report.get("amdahl_free_bound")),
             f"{report['measured_over_predicted']:.2f}" if report.get("measured_over_predicted") else "-"]]
+    ratio = report.get("measured_over_predicted")
+    differ = (" Here the two differ by more than a quarter: the shares moved between the profile and the "
+              "referee's timing (a loaded host, the profile's own overhead), or a replacement behaves "
+              "differently on the model's activations than on random inputs; the end-to-end verdict is the "
+              "measure." if ratio and not 0.8 <= ratio <= 1.25 else "")
     skipped = [[n.get("module", "?"), n.get("reason", "?")] for n in report.get("not_extracted") or []]
     result = {
         "model spots": Table("Hot spots", ["module", "share", "best alone", "verdict alone", "in the composed model",
@@ -90,7 +95,7 @@ def model_tables(report: dict) -> dict[str, Table]:
                                                                "measured / predicted"], end,
                                   "The composed model judged against the model itself. Amdahl's prediction "
                                   "from the kept spots' shares and speedups alone: 1 / (1 - sum(share) + "
-                                  "sum(share / speedup)); the bound: 1 / (1 - sum(share)).",
+                                  "sum(share / speedup)); the bound: 1 / (1 - sum(share))." + differ,
                                   key="model-end-to-end")}
     if skipped:
         result["model not extracted"] = Table("Not extracted", ["module", "reason"], skipped,
