@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +33,41 @@ class ModelNew(nn.Module):
 SOFTMAX_BROKEN = SOFTMAX_PROGRAM.format(body="        return torch.sofmax(x, dim=-1)  # misspelt")
 SOFTMAX_EQUAL = SOFTMAX_PROGRAM.format(body="        unused = x.t() @ x\n        return torch.softmax(x, dim=-1)")
 SOFTMAX_FAST = SOFTMAX_PROGRAM.format(body="        return torch.softmax(x, dim=-1)")
+KERNELOPT = str(Path(sys.executable).parent / "kernelopt")
+
+
+def optimize_environment() -> dict:
+    """The environment of a `kernelopt optimize` subprocess against the loopback LLM server."""
+    env = dict(os.environ, OPENAI_API_KEY="test-key")
+    env.pop("OPENAI_BASE_URL", None)
+    return env
+
+
+def optimize_killed_at_third_call(server, release: threading.Event, store: Path,
+                                  args: list[str]) -> tuple[sqlite3.Connection, str, list]:
+    """`kernelopt optimize ARGS` (the problem, strategy, budget, referee options) against
+    `server`, SIGKILLed once it has sent its third LLM request: the server's script holds that
+    reply until `release`, which is set after the kill. (the store, the run's id, the
+    evaluations stored before the kill: id, code hash, created.)"""
+    command = [KERNELOPT, "optimize", *args, "--model", "test-model", "--base-url", server.url,
+               "--store", str(store), "--json"]
+    first = subprocess.Popen(command, env=optimize_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(server.requests) < 3 and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.1)
+    assert len(server.requests) == 3, first.communicate()[1][-2000:]
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    release.set()
+    db = sqlite3.connect(store)
+    (run_id,) = db.execute("SELECT id FROM runs").fetchone()
+    return db, run_id, db.execute("SELECT id, code_hash, created FROM evaluations ORDER BY id").fetchall()
+
+
+def resume_optimize(store: Path, run_id: str) -> subprocess.CompletedProcess:
+    """`kernelopt optimize --resume RUN_ID --json` run to its end."""
+    return subprocess.run([KERNELOPT, "optimize", "--resume", run_id, "--store", str(store), "--json"],
+                          env=optimize_environment(), capture_output=True, text=True, timeout=300)
 
 
 def _cuda_available() -> bool:

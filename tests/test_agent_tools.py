@@ -4,18 +4,12 @@ scripted loopback server, the real referee on the CPU, the real store."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SOFTMAX_BROKEN as BROKEN, SOFTMAX_FAST as FAST
+from conftest import REPO, SOFTMAX_BROKEN as BROKEN, SOFTMAX_FAST as FAST, optimize_killed_at_third_call, resume_optimize
 from llm_server import Reply, ScriptedLLMServer, ToolCall
 
 from kernelopt.cli import main
@@ -183,27 +177,12 @@ def test_a_killed_conversation_resumes_without_repeating_work(tmp_path):
         return SCRIPT[turn]
 
     store = tmp_path / "s.sqlite"
-    env = dict(os.environ, OPENAI_API_KEY="test-key")
-    env.pop("OPENAI_BASE_URL", None)
-    exe = str(Path(sys.executable).parent / "kernelopt")
     with ScriptedLLMServer(script) as server:
-        command = [exe, "optimize", str(PROBLEM), "--model", "test-model", "--base-url", server.url,
-                   "--store", str(store), "--strategy", "agent", "--budget", "4", "--json", *QUICK_EVAL]
-        first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 120
-        while len(server.requests) < 3 and time.monotonic() < deadline and first.poll() is None:
-            time.sleep(0.1)
-        assert len(server.requests) == 3, first.communicate()[1][-2000:]
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-        release.set()
-        db = sqlite3.connect(store)
-        (run_id,) = db.execute("SELECT id FROM runs").fetchone()
-        before = db.execute("SELECT id, code_hash, created FROM evaluations ORDER BY id").fetchall()
+        db, run_id, before = optimize_killed_at_third_call(
+            server, release, store, [str(PROBLEM), "--strategy", "agent", "--budget", "4", *QUICK_EVAL])
         tools_before = db.execute("SELECT id, call_id FROM tool_calls ORDER BY id").fetchall()
         assert len(before) == 2 and [t[1] for t in tools_before] == ["r1", "e1", "e2"]
-        resumed = subprocess.run([exe, "optimize", "--resume", run_id, "--store", str(store), "--json"],
-                                 env=env, capture_output=True, text=True, timeout=300)
+        resumed = resume_optimize(store, run_id)
         requests = list(server.requests)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads(resumed.stdout)

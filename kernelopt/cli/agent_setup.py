@@ -1,18 +1,27 @@
-"""From the agent's options to a checked run: the store, the endpoint, the run's settings
-(OptimizeConfig) and a client, all checked before any work; and a pass of the agent over a
-problem set (bench's agent mode, generate). Shared by optimize, runs, bench and generate."""
+"""From the agent's options to a checked run: the options themselves, the store, the endpoint,
+the run's settings (OptimizeConfig), its device and backend and a client, all checked before any
+work; and a pass of the agent over a problem set (bench's agent mode, generate). Shared by
+optimize, model optimize, mcp, runs, bench and generate."""
 
 from __future__ import annotations
 
 import os
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from kernelopt.agent.strategies import with_eval_defaults
 from kernelopt.cli.console import ConsoleProgress
 from kernelopt.cli.errors import EXIT_BAD_INPUT, EnvironmentFailure, UsageError
-from kernelopt.cli.options import run_eval_settings
+from kernelopt.cli.options import (
+    add_budget_options,
+    add_endpoint_options,
+    add_llm_options,
+    add_run_eval_options,
+    add_strategy_options,
+    run_eval_settings,
+)
 from kernelopt.cli.selection import devices_from, problem_set_from
 from kernelopt.cli.text import plural, progress
 
@@ -32,6 +41,68 @@ No LLM endpoint is configured, so nothing will be optimized. Configure one:
     ollama pull qwen2.5-coder:7b
     kernelopt {command} --base-url http://localhost:11434/v1 --model qwen2.5-coder:7b
 """
+
+
+def add_search_options(p, budget_title: str):
+    """The options of a search (optimize, model optimize): endpoint, strategy, budget, LLM,
+    referee; then the records group (--store, --out, --json, --quiet), returned so that the
+    command adds its own --resume to it."""
+    add_endpoint_options(p)
+    add_strategy_options(p)
+    add_budget_options(p, budget_title)
+    add_llm_options(p)
+    add_run_eval_options(p)
+    out = p.add_argument_group("records")
+    out.add_argument("--store", default=None, metavar="PATH",
+                     help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
+    return out
+
+
+def add_output_flags(group, json_help: str) -> None:
+    group.add_argument("--json", action="store_true", help=json_help)
+    group.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+@contextmanager
+def usage_errors():
+    """Unusable input met while setting a run up (a problem, a problem set, the store, an
+    option's value) as a UsageError: exit 2, nothing started."""
+    from kernelopt.agent.store import StoreError
+    from kernelopt.kernelbench import ProblemError, ProblemSetError
+
+    try:
+        yield
+    except (ProblemError, ProblemSetError, StoreError) as exc:
+        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
+        raise UsageError(f"invalid option: {exc}") from exc
+
+
+def device_and_backend(device_name: str, backend_name: str | None) -> tuple[str, str]:
+    """The device resolved ("auto": the best one here) and the backend checked against it."""
+    from kernelopt.kernelbench.backends import resolve_backend
+    from kernelopt.sandbox.device import resolve_device
+
+    device = resolve_device(device_name)
+    return device, resolve_backend(backend_name, device)
+
+
+def stored_run(store, run_id: str):
+    """(the stored run, its settings, its problem) of a run to continue."""
+    from kernelopt.agent.search import OptimizeConfig, stored_problem
+
+    run = store.run(run_id)
+    return run, OptimizeConfig.from_json(run["config"]), stored_problem(run)
+
+
+def checked_run(config, new: bool):
+    """(device, LLM client, API key) for a run about to start or continue; a new run records the
+    backend it asks for (a resumed one keeps its own, checked against this machine too)."""
+    device, backend = device_and_backend(config.device, config.backend)
+    if new:
+        config.backend = backend
+    client, api_key = checked_client(config)
+    return device, client, api_key
 
 
 def configured_endpoint(args) -> str | None:

@@ -92,23 +92,17 @@ def _stop(signum, frame) -> None:
 
 
 def _referee(args, referee_class, settings_class):
-    from kernelopt.agent.store import RunStore, StoreError
+    from kernelopt.agent.store import RunStore
+    from kernelopt.cli.agent_setup import device_and_backend, usage_errors
     from kernelopt.cli.selection import problem_set_from
-    from kernelopt.kernelbench import ProblemError, ProblemSetError, load_problem
-    from kernelopt.kernelbench.backends import resolve_backend
-    from kernelopt.sandbox.device import resolve_device
+    from kernelopt.kernelbench import load_problem
 
     if bool(args.problem) == bool(args.kernelbench):
         raise UsageError("give one problem file or --kernelbench SET (with --level/--problems)")
-    try:
+    with usage_errors():
         problems = [load_problem(args.problem)] if args.problem else list(problem_set_from(args).problems)
-        device = resolve_device(args.device)
-        backend = resolve_backend(args.backend, device)
+        device, backend = device_and_backend(args.device, args.backend)
         store = RunStore.open(args.store)
-    except (ProblemError, ProblemSetError, StoreError) as exc:
-        raise UsageError(str(exc)) from exc
-    except ValueError as exc:
-        raise UsageError(f"invalid option: {exc}") from exc
     if not problems:
         raise UsageError(f"no problem selected in {args.kernelbench}")
     options = {k: v for k, v in run_eval_settings(args).items() if k != "profile"}

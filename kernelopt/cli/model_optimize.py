@@ -8,15 +8,10 @@ import json
 import sys
 from pathlib import Path
 
+from kernelopt.cli.agent_setup import add_output_flags, add_search_options, checked_run, configured_endpoint
+from kernelopt.cli.agent_setup import missing_endpoint, new_config, stored_run, usage_errors
 from kernelopt.cli.errors import EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
 from kernelopt.cli.model_shared import add_profile_options, compose_and_report, composition_text_for, load_and_profile
-from kernelopt.cli.options import (
-    add_budget_options,
-    add_endpoint_options,
-    add_llm_options,
-    add_run_eval_options,
-    add_strategy_options,
-)
 
 
 def add_optimize_command(sub) -> None:
@@ -27,19 +22,12 @@ def add_optimize_command(sub) -> None:
                                    "MODEL.py.")
     add_profile_options(p, device=False)
     p.add_argument("--top", type=int, default=3, metavar="N", help="how many hot spots (default 3)")
-    add_endpoint_options(p)
-    add_strategy_options(p)
-    add_budget_options(p, "budget (--budget: LLM calls for the whole model, shared out by share of time)")
-    add_llm_options(p)
-    add_run_eval_options(p)
-    out = p.add_argument_group("records")
-    out.add_argument("--store", default=None, metavar="PATH", help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
+    out = add_search_options(p, "budget (--budget: LLM calls for the whole model, shared out by share of time)")
     out.add_argument("--out", default=None, metavar="DIR", help="the run's directory: problems/, one folder per spot's run, optimized.py, report.json (default: next to the store, model-<name>/)")
     out.add_argument("--resume", action="store_true",
                      help="continue the run in --out DIR (its plan.json): unfinished spots' searches resume, "
                           "finished ones are kept unless --budget grew; then compose again")
-    out.add_argument("--json", action="store_true", help="print the report as one JSON object on stdout")
-    out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_output_flags(out, "print the report as one JSON object on stdout")
     p.set_defaults(handler=run_model_optimize)
 
 
@@ -57,8 +45,7 @@ def share_budget(total: int, shares: list[float]) -> list[int]:
 
 
 def run_model_optimize(args) -> int:
-    from kernelopt.agent.store import RunStore, StoreError
-    from kernelopt.cli.agent_setup import configured_endpoint, missing_endpoint
+    from kernelopt.agent.store import RunStore
     from kernelopt.model.compose import replacement_for
     from kernelopt.model.loading import record_constructors
     from kernelopt.sandbox import EvalOptions
@@ -75,10 +62,8 @@ def run_model_optimize(args) -> int:
     loaded, profile = load_and_profile(args)
     out = Path(args.out) if args.out else None
     plan = read_plan(out) if args.resume else None
-    try:
+    with usage_errors():
         store = RunStore.open(args.store or (plan and plan["store"]))
-    except StoreError as exc:
-        raise UsageError(str(exc)) from exc
     out = out or store.path.parent / f"model-{loaded.problem.name}"
     if plan is None:
         plan = new_plan(args, loaded, profile, store, out)
@@ -144,19 +129,14 @@ def write_plan(out: Path, plan: dict) -> None:
 def search_spot(args, spot: dict, plan: dict, store, out: Path, base_url: str | None) -> tuple[dict, tuple]:
     """The search on one spot's problem, started or continued (a finished run whose budget did
     not grow is taken as it is); (its summary as JSON, (device, eval options))."""
-    from kernelopt.agent.search import OptimizeConfig, SearchRun, run_search, start_run, stored_problem
-    from kernelopt.agent.store import StoreError
-    from kernelopt.cli.agent_setup import checked_client, new_config
+    from kernelopt.agent.search import SearchRun, run_search, start_run
     from kernelopt.kernelbench import load_problem
-    from kernelopt.kernelbench.backends import resolve_backend
     from kernelopt.sandbox.device import resolve_device
     from kernelopt.sandbox.process import SandboxError
 
-    try:
+    with usage_errors():
         if spot["run_id"]:
-            run = store.run(spot["run_id"])
-            config = OptimizeConfig.from_json(run["config"])
-            problem = stored_problem(run)
+            run, config, problem = stored_run(store, spot["run_id"])
             grew = spot["llm_calls"] > config.limits.get("llm_calls", 0)
             if run["status"] == "finished" and not grew and run["summary"]:
                 return run["summary"], (resolve_device(config.device), config.eval_options)
@@ -167,15 +147,7 @@ def search_spot(args, spot: dict, plan: dict, store, out: Path, base_url: str | 
             config = new_config(args, base_url, str(out / "problems" / spot["file"]), args.strategy)
             config.limits["llm_calls"] = spot["llm_calls"]
             problem = load_problem(out / "problems" / spot["file"])
-        device = resolve_device(config.device)
-        backend = resolve_backend(config.backend, device)
-        if not spot["run_id"]:
-            config.backend = backend
-        client, api_key = checked_client(config)
-    except StoreError as exc:
-        raise UsageError(str(exc)) from exc
-    except ValueError as exc:
-        raise UsageError(f"invalid option: {exc}") from exc
+        device, client, api_key = checked_run(config, new=not spot["run_id"])
     if not spot["run_id"]:
         spot["run_id"] = start_run(store, config, problem)
         write_plan(out, plan)

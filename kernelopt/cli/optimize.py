@@ -12,20 +12,17 @@ import sys
 from pathlib import Path
 
 from kernelopt.cli.agent_setup import (
+    add_output_flags,
+    add_search_options,
     apply_overrides,
-    checked_client,
+    checked_run,
     configured_endpoint,
     missing_endpoint,
     new_config,
+    stored_run,
+    usage_errors,
 )
 from kernelopt.cli.errors import EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
-from kernelopt.cli.options import (
-    add_budget_options,
-    add_endpoint_options,
-    add_llm_options,
-    add_run_eval_options,
-    add_strategy_options,
-)
 from kernelopt.cli.text import first_line, summary_text
 
 
@@ -36,35 +33,25 @@ def add_command(commands) -> None:
                     "and feed the verdicts back, within a budget. Every call, candidate and verdict "
                     "is stored; a killed run continues with --resume RUN_ID.")
     p.add_argument("problem", nargs="?", metavar="PROBLEM.py", help="KernelBench-format problem file")
-    add_endpoint_options(p)
-    add_strategy_options(p)
-    add_budget_options(p, "budget (the search stops at the first one spent)")
-    add_llm_options(p)
-    add_run_eval_options(p)
-    out = p.add_argument_group("records")
-    out.add_argument("--store", default=None, metavar="PATH", help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
+    out = add_search_options(p, "budget (the search stops at the first one spent)")
     out.add_argument("--out", default=None, metavar="DIR", help="where best.py and summary.json go (default: next to the store, in RUN_ID/)")
     out.add_argument("--resume", default=None, metavar="RUN_ID", help="continue a run (its settings come from the store)")
-    out.add_argument("--json", action="store_true", help="print exactly one JSON object (the summary) on stdout")
-    out.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_output_flags(out, "print exactly one JSON object (the summary) on stdout")
     p.set_defaults(handler=run_optimize)
 
 
 def run_optimize(args) -> int:
-    from kernelopt.agent.search import OptimizeConfig, SearchRun, run_search, start_run, stored_problem
-    from kernelopt.agent.store import RunStore, StoreError
-    from kernelopt.kernelbench import ProblemError, load_problem
-    from kernelopt.kernelbench.backends import resolve_backend
+    from kernelopt.agent.search import SearchRun, run_search, start_run
+    from kernelopt.agent.store import RunStore
+    from kernelopt.kernelbench import load_problem
     from kernelopt.sandbox.process import SandboxError
-    from kernelopt.sandbox.device import resolve_device
 
-    try:
+    with usage_errors():
         store = RunStore.open(args.store)
         if args.resume:
-            run = store.run(args.resume)
-            config = OptimizeConfig.from_json(run["config"])
+            _, config, problem = stored_run(store, args.resume)
             apply_overrides(config, args, resuming=True)
-            problem, run_id = stored_problem(run), args.resume
+            run_id = args.resume
         else:
             if not args.problem:
                 raise UsageError("give a problem file (PROBLEM.py) or --resume RUN_ID")
@@ -73,15 +60,7 @@ def run_optimize(args) -> int:
             if base_url is None:
                 return explain_missing_endpoint(args)
             config = new_config(args, base_url, str(args.problem), args.strategy)
-        device = resolve_device(config.device)
-        backend = resolve_backend(config.backend, device)  # checked on resume too (another machine?)
-        if not args.resume:  # the run records the backend it asks for; a resumed run keeps its own
-            config.backend = backend
-        client, api_key = checked_client(config)
-    except (ProblemError, StoreError) as exc:
-        raise UsageError(str(exc)) from exc
-    except ValueError as exc:
-        raise UsageError(f"invalid option: {exc}") from exc
+        device, client, api_key = checked_run(config, new=not args.resume)
 
     if not args.resume:
         run_id = start_run(store, config, problem)

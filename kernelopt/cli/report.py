@@ -16,8 +16,10 @@ def add_command(commands) -> None:
         description="Write report.html (one self-contained page: metrics tables, speedup per problem, best "
                     "speedup against LLM calls, the fast_p curve, the speedup distribution, optimization kinds, "
                     "problem health, every problem), report.json and report.md for a bench run folder (the "
-                    "--out of kernelopt bench, holding results.jsonl and summary.json).")
-    p.add_argument("run", metavar="RUN", help="a kernelopt bench --out folder")
+                    "--out of kernelopt bench, holding results.jsonl and summary.json). For a kernelopt model "
+                    "optimize --out folder: its hot spots (share, best speedup alone, kept or dropped) and the "
+                    "end-to-end speedup against Amdahl's prediction, from its report.json.")
+    p.add_argument("run", metavar="RUN", help="a kernelopt bench --out folder, or a kernelopt model optimize --out folder")
     p.add_argument("--out", default=None, metavar="DIR", help="write the report here (default: RUN)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.set_defaults(handler=run_report)
@@ -31,6 +33,8 @@ def run_report(args) -> int:
     except ReportError as exc:
         raise UsageError(str(exc)) from exc
     report = written["report"]
+    if report.get("mode") == "model":
+        return model_report_printed(args, written)
     overall = report["summary"]["overall"]
     if args.json:
         print(json.dumps({"files": written["files"], "mode": report["mode"], "overall": overall,
@@ -41,4 +45,21 @@ def run_report(args) -> int:
     print(headline(report))
     if report["skipped_lines"]:
         print(f"{report['skipped_lines']} damaged line(s) of results.jsonl left out", file=sys.stderr)
+    return EXIT_OK
+
+
+def model_report_printed(args, written: dict) -> int:
+    from kernelopt.bench.report import model_headline
+
+    report = written["report"]
+    if args.json:
+        print(json.dumps({"files": written["files"], "mode": "model", "end_to_end": report["end_to_end"],
+                          "amdahl_prediction": report.get("amdahl_prediction"),
+                          "amdahl_free_bound": report.get("amdahl_free_bound"),
+                          "spots": [{k: s.get(k) for k in ("module", "share", "speedup_alone", "survived")}
+                                    for s in report["spots"]]}))
+        return EXIT_OK
+    for kind, path in written["files"].items():
+        print(f"{kind:>4}: {path}")
+    print(model_headline(report))
     return EXIT_OK

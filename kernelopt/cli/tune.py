@@ -41,6 +41,13 @@ def add_command(commands) -> None:
                      help="SQLite run store (default: $KERNELOPT_STORE or kernelopt-runs/store.sqlite)")
     rec.add_argument("--resume", default=None, metavar="RUN_ID",
                      help="continue a stored run (a session's, or an optimize or bench run)")
+    spots = p.add_argument_group("a model's hot spots")
+    spots.add_argument("--model-spots", default=None, metavar="DIR",
+                       help="the --out folder of kernelopt model extract (or model optimize): the page lists its "
+                            "hot spots and opens any of them (without PROBLEM.py: opens --spot)")
+    spots.add_argument("--spot", default=None, metavar="MODULE",
+                       help="with --model-spots and no PROBLEM.py: the hot spot to open first (default: the "
+                            "hottest extracted one)")
     p.set_defaults(handler=run_tune)
 
 
@@ -48,13 +55,15 @@ def run_tune(args) -> int:
     from kernelopt.tune.server import TuneServer, is_loopback
     from kernelopt.tune.workbench import Workbench
 
+    spots = model_spots(args)
     session = open_session(args)
     if session is None:
         return missing_endpoint(f"tune {args.problem}")
     notices = [f"the LLM endpoint cannot be used: {problem} (hand edits are still judged)"
                for problem in [session.endpoint_problem()] if problem]
+    workbench = Workbench(session, notices, spots=spots, open_problem=lambda path: open_spot_session(args, path))
     try:
-        server = TuneServer(Workbench(session, notices), args.host, args.port, allow_hosts=args.allow_host)
+        server = TuneServer(workbench, args.host, args.port, allow_hosts=args.allow_host)
     except OSError as exc:
         session.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
@@ -75,21 +84,61 @@ def run_tune(args) -> int:
     return EXIT_OK
 
 
-def open_session(args):
-    """The Session to tune (None: no endpoint configured for a new one)."""
+def model_spots(args):
+    """--model-spots' manifest (None without it); without PROBLEM.py, args.problem becomes the
+    problem file of --spot (default: the hottest extracted spot)."""
+    from kernelopt.tune.spots import SpotsError, read_spots
+
+    if args.spot and not args.model_spots:
+        raise UsageError("--spot MODULE names a hot spot of --model-spots DIR: give --model-spots too")
+    if not args.model_spots:
+        return None
+    try:
+        spots = read_spots(args.model_spots)
+    except SpotsError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.spot and (args.problem or args.resume):
+        raise UsageError("--spot opens a hot spot in place of PROBLEM.py or --resume: give one or the other")
+    if not args.problem and not args.resume:
+        spot = spots.find(args.spot) if args.spot else spots.spots[0]
+        if spot is None:
+            raise UsageError(f"--spot {args.spot}: not an extracted hot spot of {spots.manifest} (choose one of "
+                             f"{', '.join(s.module for s in spots.spots)})")
+        args.problem = str(spot.path)
+    return spots
+
+
+def open_spot_session(args, path):
+    """A new Session on a hot spot's problem, with the command's settings (for the page's
+    "open" of a spot); SessionError when it cannot be opened."""
+    from kernelopt.agent.session import SessionError
+
+    try:
+        session = open_session(args, problem=str(path))
+    except UsageError as exc:
+        raise SessionError(str(exc)) from exc
+    if session is None:
+        raise SessionError("no LLM endpoint is configured (--base-url or OPENAI_BASE_URL)")
+    return session
+
+
+def open_session(args, problem: str | None = None):
+    """The Session to tune (None: no endpoint configured for a new one); `problem`: a new
+    session on that problem file instead of PROBLEM.py or --resume."""
     from kernelopt.agent.session import Session, SessionError
 
     try:
-        if args.resume:
+        if args.resume and problem is None:
             return Session.resume(args.resume, store=args.store, base_url=args.base_url, check=False)
-        if not args.problem:
-            raise UsageError("give a problem file (PROBLEM.py) or --resume RUN_ID")
+        problem = problem or args.problem
+        if not problem:
+            raise UsageError("give a problem file (PROBLEM.py), --resume RUN_ID or --model-spots DIR")
         base_url = configured_endpoint(args)
         if base_url is None:
             return None
         if not args.model:
             raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")
-        return Session.open(args.problem, model=args.model, base_url=base_url, device=args.device,
+        return Session.open(problem, model=args.model, base_url=base_url, device=args.device,
                             store=args.store, api_key_env=args.api_key_env, eval_options=run_eval_settings(args),
                             llm_options=llm_settings(args), use_cache=not args.no_cache, backend=args.backend,
                             price=args.price or price_from_table(args.price_table, args.model), check=False)

@@ -105,6 +105,11 @@ def create_app(workbench: Workbench, token: str, allowed: frozenset[str] = LOOPB
     async def stop() -> Response:
         return answer(workbench.stop, 202)
 
+    @app.post("/api/open-spot")
+    async def open_spot(request: Request) -> Response:
+        body = await json_body(request)
+        return answer(lambda: workbench.open_spot(body.get("module")))
+
     @app.post("/api/accept")
     async def accept(request: Request) -> Response:
         body = await json_body(request)

@@ -18,6 +18,7 @@ from kernelopt.agent.prompting import profile_text
 from kernelopt.agent.session import Candidate, Session, SessionError
 from kernelopt.agent.strategies import STRATEGIES
 from kernelopt.tune.events import EventHub
+from kernelopt.tune.spots import ModelSpots
 
 MAX_HINT = 4000
 MAX_CODE = 1 << 20
@@ -35,8 +36,14 @@ class Busy(BadRequest):
 
 
 class Workbench:
-    def __init__(self, session: Session, notices: list[str] | None = None):
+    def __init__(self, session: Session, notices: list[str] | None = None, spots: ModelSpots | None = None,
+                 open_problem: Callable[[Path], Session] | None = None):
+        """`spots`: a model's extracted hot spots (`--model-spots`), which the page can open;
+        `open_problem`: a new Session on a problem file, with this workbench's settings."""
         self.session = session
+        self.spots = spots
+        self.spot = spots.of_problem(session.config.problem_path) if spots else None
+        self._open_problem = open_problem
         self.events = EventHub()
         self.notices: list[str] = list(notices or [])
         self.accepted: list[dict] = []
@@ -67,7 +74,8 @@ class Workbench:
                 "model": s.config.model, "device": s.device, "busy": self.busy,
                 "candidates": [c.to_json() for c in s.candidates], "best": best.number if best else None,
                 "chart": best_by_calls(s.candidates), "usage": dataclasses.asdict(s.usage()),
-                "notices": self.notices[-20:], "accepted": self.accepted, "strategies": list(STRATEGIES)}
+                "notices": self.notices[-20:], "accepted": self.accepted, "strategies": list(STRATEGIES),
+                "spots": {**self.spots.to_json(), "open": self.spot} if self.spots else None}
 
     def detail(self, number: int) -> dict:
         c = self._candidate(number)
@@ -119,6 +127,36 @@ class Workbench:
 
     def stop(self) -> None:
         self.session.stop()
+
+    def open_spot(self, module: str) -> dict:
+        """Opens the hot spot `module`'s problem in a new session (a new run in the store, with
+        the same settings) in place of the current one, which is stored as finished."""
+        if self.spots is None or self._open_problem is None:
+            raise BadRequest("no hot spots to open: start kernelopt tune with --model-spots DIR "
+                             "(the --out folder of kernelopt model extract)")
+        spot = self.spots.find(module) if isinstance(module, str) else None
+        if spot is None:
+            raise BadRequest(f"no extracted hot spot {module!r}: choose one of "
+                             f"{', '.join(s.module for s in self.spots.spots)}")
+        with self._lock:
+            if self.busy:
+                raise Busy(f"busy: {self.busy} (stop it first)")
+            self.busy = f"opening {module}"
+        try:
+            session = self._open_problem(spot.path)
+        except SessionError as exc:
+            raise BadRequest(f"cannot open {module}: {exc}") from exc
+        finally:
+            with self._lock:
+                self.busy = None
+        old, self.session, self.spot = self.session, session, module
+        old.listeners.remove(self._relay)
+        session.listeners.append(self._relay)
+        old.stop(f"the workbench opened {module}")
+        old.close()
+        state = self.state()
+        self.events.publish("state", state)
+        return state
 
     def accept(self, number: int, path: str, overwrite: bool = False, create_dirs: bool = False) -> dict:
         """Writes candidate `number` to `path`: never over an existing file unless `overwrite`,

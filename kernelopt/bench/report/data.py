@@ -48,7 +48,7 @@ def load_run(folder: Path) -> Run:
     results = folder / "results.jsonl"
     if not results.is_file():
         raise ReportError(f"{folder}: not a bench run folder (no results.jsonl in it); give the --out folder "
-                          "of a kernelopt bench run")
+                          "of a kernelopt bench run, or of a kernelopt model optimize run (plan.json, report.json)")
     summary_path = folder / "summary.json"
     if not summary_path.is_file():
         raise ReportError(f"{folder} has results.jsonl but no summary.json: the bench run did not finish (or an "

@@ -27,13 +27,15 @@ svg.chart { max-width: 100%; height: auto; font-family: inherit; }
 """
 
 
+def _head(kind: str, run: str, headline_text: str) -> list[str]:
+    return ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>kernelopt {kind} report: {escape(run)}</title><style>{STYLE}</style></head><body>",
+            f"<h1>kernelopt {kind} report</h1><p>Run <code>{escape(run)}</code>: {escape(headline_text)}</p>"]
+
+
 def render_html(report: dict, tables: dict[str, Table]) -> str:
-    top = (f"<h1>kernelopt bench report</h1><p>Run <code>{escape(report['run'])}</code>: "
-           f"{escape(headline(report))}</p>")
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>kernelopt bench report: {escape(report['run'])}</title><style>{STYLE}</style></head><body>",
-             top]
+    parts = _head("bench", report["run"], headline(report))
     if report.get("skipped_lines"):
         parts.append(f'<p class="note">{report["skipped_lines"]} damaged line(s) of results.jsonl were left out.</p>')
     for name, table in tables.items():
@@ -128,3 +130,38 @@ def distribution(series: dict) -> str:
     return "<h2>Speedup distribution</h2>" + _figure(
         "distribution", svg, "How many problems' best correct speedup falls in each bucket (a-b: above a, up to "
         "and including b); failed: no correct result.")
+
+
+def render_model_html(report: dict, tables: dict[str, Table], headline_text: str) -> str:
+    """The page of a `kernelopt model optimize` run: its "Hot spots" section (model_run.py's
+    tables) and a plot of each spot's speedup alone beside Amdahl's prediction and the measured
+    end-to-end speedup."""
+    parts = _head("model", report["run"], headline_text)
+    parts.append('<section id="model">')
+    parts.append(render_table(tables["model spots"]))
+    parts.append(render_table(tables["model end to end"]))
+    parts.append(model_speedups(report))
+    if "model not extracted" in tables:
+        parts.append(render_table(tables["model not extracted"]))
+    parts.append("</section></body></html>")
+    return "\n".join(parts)
+
+
+def model_speedups(report: dict) -> str:
+    e2e = report["end_to_end"]
+    bars = [charts.Bar(s["module"], s["speedup_alone"], f"{s['module']} alone: {s.get('alone') or '-'}"
+                       + (f" {s['speedup_alone']:.3g}x" if s["speedup_alone"] else ""),
+                       failed=not s["speedup_alone"]) for s in report["spots"]]
+    predicted = report.get("amdahl_prediction")
+    bars.append(charts.Bar("Amdahl prediction", predicted,
+                           f"Amdahl's prediction: {predicted:.3g}x" if predicted else "no kept spot", failed=not predicted))
+    measured = e2e.get("speedup") if e2e.get("correct") else None
+    interval = e2e.get("interval")
+    bars.append(charts.Bar("end to end", measured,
+                           f"end to end: {e2e.get('status')}" + (f" {measured:.3g}x" if measured else "")
+                           + (f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else ""), failed=not measured))
+    svg = charts.speedup_bars(bars, "Speedups: each hot spot alone, Amdahl's prediction, end to end")
+    return "<h2>Speedups</h2>" + _figure(
+        "model-speedups", svg, "Each hot spot's best speedup alone, the end-to-end speedup Amdahl's law predicts "
+        "from the kept spots' shares and speedups, and the composed model's measured speedup (log scale around "
+        "1x; a red cross: no correct result).")

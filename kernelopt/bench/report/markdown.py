@@ -8,8 +8,13 @@ from kernelopt.bench.report.tables import headline, tables
 
 
 def render_markdown(report: dict) -> str:
-    lines = [f"# kernelopt bench report: {_md(report['run'])}", "", _md(headline(report)), ""]
-    for table in tables(report).values():
+    return render_tables(f"kernelopt bench report: {report['run']}", headline(report), tables(report))
+
+
+def render_tables(title: str, headline_text: str, laid_out: dict) -> str:
+    """A title, the headline and the tables as Markdown (a bench run's, or a model run's)."""
+    lines = [f"# {_md(title)}", "", _md(headline_text), ""]
+    for table in laid_out.values():
         lines += [f"## {_md(table.title)}", "", table.note, ""]
         if table.rows:
             lines.append("| " + " | ".join(_md(h) for h in table.headers) + " |")

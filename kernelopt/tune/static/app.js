@@ -215,12 +215,38 @@ async function refresh() {
 }
 
 function apply(state) {
+  if (view.state && view.state.run_id !== state.run_id) {   // another spot opened: a new run
+    view.selected = null;
+    view.detail = null;
+  }
   view.state = state;
+  renderSpots(state.spots);
   renderHeader(state);
   renderTree(state);
   renderChart(state.chart);
   renderDiffChoices(state);
   renderDetail();
+}
+
+function renderSpots(spots) {
+  $("spots-box").classList.toggle("hidden", !spots);
+  if (!spots) return;
+  $("spots-model").textContent = `(${spots.model})`;
+  const rows = spots.spots.map((spot) => {
+    const current = spot.module === spots.open;
+    const button = el("button", { type: "button", class: "open-spot", disabled: current || !!view.state.busy },
+                      current ? "current" : "Open");
+    button.addEventListener("click", () => act("api/open-spot", { module: spot.module }).then((state) => state && apply(state)));
+    const share = spot.share === null ? "" : `${(100 * spot.share).toFixed(1)}%`;
+    return el("tr", { class: "spot" + (current ? " current" : ""), "data-module": spot.module },
+              el("td", {}, spot.module), el("td", { class: "share" }, share), el("td", { class: "help" }, spot.constructor),
+              el("td", {}, button));
+  });
+  for (const skipped of spots.not_extracted) {
+    rows.push(el("tr", { class: "not-extracted" }, el("td", {}, skipped.module), el("td", {}, ""),
+                 el("td", { class: "help", colSpan: 2 }, `not extracted: ${skipped.reason}`)));
+  }
+  $("spots").replaceChildren(...rows);
 }
 
 function select(number) {
