@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Static checks (pyproject.toml configures both): ruff over the code, the tests and the
-# benchmarks; mypy over the referee's modules (tool.mypy's files).
+# benchmarks; mypy over the packages listed in tool.mypy's files (kernelopt/sandbox and
+# kernelopt/rewards, whole).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check kernelopt/ tests/ benchmarks/
