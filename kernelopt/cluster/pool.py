@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,7 +85,8 @@ class JudgePool:
             raise ClusterError(f"--device {spec.device}: the Ray cluster has no GPU (resources: {cpus:g} CPUs); "
                                "add GPU nodes (`ray start --address ...` on each, docs/scale.md) or use --device cpu")
         if spec.device.startswith("cuda") or (spec.device == "auto" and gpus):
-            device, per_actor, limit = "cuda", {"num_gpus": 1, "num_cpus": 1}, gpus
+            per_actor: dict[str, float] = {"num_gpus": 1, "num_cpus": 1}
+            device, limit = "cuda", gpus
         else:
             if spec.cpus_per_actor <= 0:
                 raise ClusterError(f"--ray-cpus-per-actor must be positive, not {spec.cpus_per_actor:g}")
@@ -318,7 +319,7 @@ def run_on_pool(items: list, pool: JudgePool, work: Callable[[object], None], pe
     queue = list(items)
     queue.reverse()
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kernelopt-ray") as executor:
-        running = set()
+        running: set[Future[None]] = set()
         error: BaseException | None = None
         while queue or running:
             while queue and len(running) < threads and error is None:
