@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Static checks (pyproject.toml configures both): ruff over the code, the tests and the
-# benchmarks; mypy over the packages listed in tool.mypy's files (kernelopt/sandbox and
-# kernelopt/rewards, whole).
+# benchmarks; mypy over all of kernelopt (tool.mypy's files, less its commented exclusions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check kernelopt/ tests/ benchmarks/

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kernelopt.cluster.actor import WARM_EVALUATORS, JudgeWorker
 from kernelopt.cluster.connect import ClusterError, connect
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 CALL_ATTEMPTS = 3        # a call is tried on up to this many actors (each replacing a dead one)
 PLACEMENT_TIMEOUT_S = 300.0  # an actor's process start and imports; past it, the cluster cannot place it
+_Item = TypeVar("_Item")  # what run_on_pool hands out
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,7 @@ class RemoteEvaluator:
         pass  # the actor keeps its Evaluator warm for the next call on this problem
 
 
-def run_on_pool(items: list, pool: JudgePool, work: Callable[[object], None], per_actor: int = 1) -> None:
+def run_on_pool(items: list[_Item], pool: JudgePool, work: Callable[[_Item], None], per_actor: int = 1) -> None:
     """work(item) for every item from `pool.size * per_actor` driver threads (each blocks on
     its actor calls; per_actor > 1 when work also waits on other things, such as an LLM). The
     first exception stops the handing out and is raised when the items in progress are done."""
