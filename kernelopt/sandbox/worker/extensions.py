@@ -57,7 +57,7 @@ class ExtensionTracker:
             record["ok"] = True
             return _CountingModule(module, tracker)
 
-        build.__wrapped__ = original
+        build.__wrapped__ = original  # type: ignore[attr-defined]  # (inspect.unwrap finds torch's builder)
         return build
 
     def build_on_host(self, request: dict, record: dict):
