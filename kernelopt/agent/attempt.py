@@ -76,7 +76,8 @@ class Attempt:
     @property
     def score(self) -> float:
         """The search's reward: the speedup of a correct candidate, 0 for anything else."""
-        return float(self.result.speedup or 0.0) if self.correct else 0.0
+        r = self.result
+        return float(r.speedup or 0.0) if r is not None and r.correct else 0.0
 
     @property
     def feedback(self) -> str:
@@ -88,8 +89,8 @@ class Attempt:
 
     @property
     def headline(self) -> str:
-        if self.correct:
-            r = self.result
+        r = self.result
+        if r is not None and r.correct:
             return (f"correct, speedup {r.speedup:.3f}x (reference {r.reference_ms:.4g} ms, "
                     f"candidate {r.candidate_ms:.4g} ms)")
         return self.status.replace("_", " ")
@@ -344,19 +345,22 @@ class AttemptPipeline:
 
     def _evaluation(self, attempt: Attempt) -> Future:
         """The verdict for this code: judged once per run, however often it is proposed."""
+        code, digest = attempt.code, attempt.code_hash
+        if code is None or digest is None:
+            raise ValueError(f"attempt {attempt.index} has no code to judge")
         with self._lock:
-            known = self._evaluations.get(attempt.code_hash)
+            known = self._evaluations.get(digest)
             if known is not None:
                 attempt.duplicate = True
                 self.budget.release_evaluation()
                 return known
-            stored = self.store.find_evaluation(self.run_id, attempt.code_hash)
+            stored = self.store.find_evaluation(self.run_id, digest)
             if stored is not None:
                 future: Future = Future()
                 future.set_result(EvalResult.model_validate_json(stored))
             else:
-                future = self._eval_pool.submit(self._judge, attempt.code, attempt.code_hash)
-            self._evaluations[attempt.code_hash] = future
+                future = self._eval_pool.submit(self._judge, code, digest)
+            self._evaluations[digest] = future
             return future
 
     def _judge(self, code: str, digest: str) -> EvalResult | None:

@@ -233,6 +233,8 @@ class LLMClient:
         exc = state.outcome.exception() if state.outcome else None
         response = getattr(exc, "response", None)
         retry_after = response.headers.get("retry-after") if response is not None else None
+        if retry_after is None:
+            return backoff
         try:
             return max(backoff, min(float(retry_after), self.settings.backoff_max))
         except (TypeError, ValueError):

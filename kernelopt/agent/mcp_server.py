@@ -141,8 +141,8 @@ def build_server(referee: Referee, **settings):
         if takes_code:
             async def handler(code: str, problem: str | None = None) -> str:
                 return await _call(name, {"code": code, "problem": problem})
-        else:
-            async def handler(problem: str | None = None) -> str:
+        else:  # (one signature per kind of tool: the MCP server builds the tool's schema from it)
+            async def handler(problem: str | None = None) -> str:  # type: ignore[misc]
                 return await _call(name, {"problem": problem})
         handler.__name__ = name
         server.add_tool(handler, name=name, description=description)

@@ -61,10 +61,10 @@ def conversations(store: RunStore, run_id: str) -> dict[int, dict]:
         request = json.loads(call["request"])
         response = json.loads(call["response"]) if call["response"] else {}
         message = ((response.get("choices") or [{}])[0] or {}).get("message") or {}
-        reply = {"role": "assistant", "content": message.get("content"),
-                 "tool_calls": [{"id": c["id"], "type": "function", "function": c["function"]}
-                                for c in message.get("tool_calls") or []]}
-        asked = {c["id"] for c in reply["tool_calls"]}
+        requested = [{"id": c["id"], "type": "function", "function": c["function"]}
+                     for c in message.get("tool_calls") or []]
+        reply = {"role": "assistant", "content": message.get("content"), "tool_calls": requested}
+        asked = {c["id"] for c in requested}
         results = [{"role": "tool", "tool_call_id": t["call_id"], "content": t["result"]}
                    for t in tool_calls if t["llm_call_id"] == call_id and t["call_id"] in asked]
         chats[number] = {"messages": request.get("messages", []) + [reply] + results,

@@ -212,10 +212,12 @@ def summarize(pipeline: AttemptPipeline, run_id: str, config: OptimizeConfig, pr
 def write_best(best: Attempt | None, out_dir: Path) -> BestCandidate | None:
     if best is None:
         return None
+    r, code = best.result, best.code
+    if r is None or code is None:
+        raise ValueError(f"attempt {best.index} was not judged: it cannot be the best candidate")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "best.py"
-    path.write_text(best.code, encoding="utf-8")
-    r = best.result
+    path.write_text(code, encoding="utf-8")
     return BestCandidate(status=r.status, speedup=r.speedup, path=str(path), candidate_id=best.candidate_id,
                          attempt=best.index, reference_ms=r.reference_ms, candidate_ms=r.candidate_ms,
-                         optimization_kinds=r.optimization_kinds, flags=r.flags)
+                         optimization_kinds=r.optimization_kinds, flags=list(r.flags))

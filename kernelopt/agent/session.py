@@ -411,8 +411,11 @@ class Session:
     def endpoint_problem(self) -> str | None:
         """Why the LLM endpoint cannot be used (unreachable, rejected key, unknown model), or
         None. A session opened with check=False still judges hand edits without one."""
+        client = self.pipeline.client
+        if client is None:
+            return "no LLM endpoint configured"
         try:
-            self.pipeline.client.check()
+            client.check()
         except LLMConfigError as exc:
             return str(exc)
         return None
@@ -494,8 +497,10 @@ class Session:
         raise SessionError(f"no candidate with id {which!r} in run {self.run_id}")
 
     def _program(self, which: Candidate | int | str) -> tuple[str, str]:
-        if which == "reference":
-            return "reference", self.problem.source
+        if isinstance(which, str):
+            if which == "reference":
+                return "reference", self.problem.source
+            raise SessionError(f"no candidate with id {which!r} in run {self.run_id}")
         chosen = self._candidate(which)
         if not chosen.code:
             raise SessionError(f"candidate {chosen.number} has no program ({chosen.status})")

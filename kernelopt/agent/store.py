@@ -182,9 +182,17 @@ class RunStore:
         with self._lock:
             self._db.close()
 
-    def _write(self, sql: str, params: tuple) -> int:
+    def _write(self, sql: str, params: tuple) -> None:
         with self._lock, self._db:
-            return self._db.execute(sql, params).lastrowid
+            self._db.execute(sql, params)
+
+    def _insert(self, sql: str, params: tuple) -> int:
+        """Run an INSERT; the new row's id."""
+        with self._lock, self._db:
+            row_id = self._db.execute(sql, params).lastrowid
+        if row_id is None:  # (sqlite3 sets it after every INSERT)
+            raise StoreError(f"no row id after {sql.split('(')[0].strip()}")
+        return row_id
 
     def _read(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -229,7 +237,7 @@ class RunStore:
                  prompt_tokens: int = 0, completion_tokens: int = 0, latency_s: float | None = None,
                  cost: float | None = None, attempts: int | None = None, source: str = "endpoint",
                  error: str | None = None) -> int:
-        return self._write(
+        return self._insert(
             "INSERT INTO llm_calls (run_id, request_key, occurrence, purpose, request, content, reasoning,"
             " response, prompt_tokens, completion_tokens, latency_s, cost, attempts, source, error, created)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -268,7 +276,7 @@ class RunStore:
 
     def add_candidate(self, run_id: str, call_id: int | None, parent_id: int | None, code: str | None,
                       code_hash: str | None, format_error: str | None, strategy_data: dict) -> int:
-        return self._write(
+        return self._insert(
             "INSERT INTO candidates (run_id, llm_call_id, parent_id, code_hash, code, format_error,"
             " strategy_data, created) VALUES (?,?,?,?,?,?,?,?)",
             (run_id, call_id, parent_id, code_hash, code, format_error, json.dumps(strategy_data),

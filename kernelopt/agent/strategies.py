@@ -29,7 +29,7 @@ import random
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from kernelopt.agent.attempt import Attempt, AttemptPipeline
@@ -61,10 +61,16 @@ class Progress:
 
 
 class Strategy(Protocol):
-    name: str
+    # A dataclass: make_strategy sets its fields from the run's strategy options.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    @property
+    def name(self) -> str: ...
+
     # None: the loop waits for each round to finish. n: the loop keeps up to n attempts in
     # flight and asks for the next round as soon as one of them finishes.
-    window: int | None
+    @property
+    def window(self) -> int | None: ...
 
     def next_round(self, pipeline: AttemptPipeline, progress: Progress) -> Iterator[Ask] | None: ...
 

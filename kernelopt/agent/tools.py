@@ -114,7 +114,7 @@ class Toolbox:
 
     def best(self) -> str:
         best = self.pipeline.best()
-        if best is None:
+        if best is None or best.code is None:  # (a correct attempt always has its code)
             return "no correct candidate yet"
         return (f"candidate {best.index}: {best.headline}\n```python\n{best.code.strip()}\n```\n"
                 f"{best.feedback}")

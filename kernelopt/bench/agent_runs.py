@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kernelopt.agent.llm import LLMClient
 from kernelopt.agent.search import OptimizeConfig, RunSummary, SearchRun, run_search, start_run, stored_problem
@@ -48,6 +49,9 @@ from kernelopt.bench.runner import (Progress, ResultLog, check_health_once, run_
 from kernelopt.bench.summary import device_sections, summarize_results
 from kernelopt.kernelbench import Problem, ProblemSet
 from kernelopt.sandbox import EvalOptions, Evaluator, Judge
+
+if TYPE_CHECKING:
+    from kernelopt.cluster import JudgePool
 
 RUN_FAILED = "run_failed"
 PROBLEMS_PER_ACTOR = 2  # on a cluster: searches in flight per judging actor (one judged, one asking its LLM)
@@ -74,7 +78,7 @@ class SetRun:
     out: Path
     devices: list[str]
     api_key: str | None
-    pool: object | None = None     # a kernelopt.cluster.JudgePool: judge on a Ray cluster's actors
+    pool: JudgePool | None = None  # judge on a Ray cluster's actors
 
 
 @dataclass
@@ -226,7 +230,7 @@ class RunMap:
         self.path, self.store = path, store
         self._lock = threading.Lock()
         settings = {name: getattr(template, name) for name in self.SHAPING}
-        self.data = {"settings": settings, "store": str(store.path), "runs": {}}
+        self.data: dict[str, Any] = {"settings": settings, "store": str(store.path), "runs": {}}
         if path.exists():
             try:
                 recorded = json.loads(path.read_text(encoding="utf-8"))

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelopt.bench.rescore import Solution
-from kernelopt.kernelbench import ProblemError, ProblemSet, problem_from_source
+from kernelopt.kernelbench import Problem, ProblemError, ProblemSet, problem_from_source
 from kernelopt.kernelbench.metrics import geometric_mean
 
 REQUIRED = {"level_id": int, "task_id": int, "ref_code": str}
@@ -51,7 +51,7 @@ def read_published(path: Path, levels: set[int] | None = None, ids: set[int] | N
     level and task id. Raises ValueError when the file holds no usable entry at all."""
     text = path.read_text(encoding="utf-8", errors="replace")
     entries = _entries(text)
-    problems: dict[tuple[int, int], tuple[int, object]] = {}  # (level, task) -> (line, Problem)
+    problems: dict[tuple[int, int], tuple[int, Problem]] = {}  # (level, task) -> (line, problem)
     samples: dict[tuple[int, int], int] = {}
     solutions, bad, without = [], [], []
     for line, entry in entries:
@@ -109,7 +109,7 @@ def _entries(text: str) -> list[tuple[int, dict | str]]:
             items = None
         if isinstance(items, list):
             return [(n, item if isinstance(item, dict) else "not a JSON object") for n, item in enumerate(items, 1)]
-    entries = []
+    entries: list[tuple[int, dict | str]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

@@ -137,7 +137,7 @@ def _judge_remotely(pool, problem, pending: list[Solution], options: EvalOptions
         answer = pool.judge(problem, options, [s.code for s in pending], jobs=jobs,
                             health=health_key not in log.records)
     except ProblemError as exc:
-        if getattr(exc, "health", None) is not None:
+        if exc.health is not None:
             record_health(problem, exc.health, log, progress.report)
         _problem_failed(pending, exc, log, progress)
         return

@@ -17,10 +17,13 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from pathlib import Path
 
 from kernelopt.kernelbench import ProblemSet
 from kernelopt.sandbox import Judge
+
+_Item = TypeVar("_Item")  # what run_on_devices hands out
 
 
 class ResultLog:
@@ -86,7 +89,7 @@ class Progress:
                 update(self.done, self.total, eta)
 
 
-def run_on_devices(items: list, devices: list[str], work: Callable[[object, str], None]) -> None:
+def run_on_devices(items: list[_Item], devices: list[str], work: Callable[[_Item, str], None]) -> None:
     """work(item, device) for every item, one item at a time per device, handed out in order
     from one queue. One device: in this thread (so Ctrl-C reaches the work as usual). Several:
     a thread per device, each confined to its own share of the CPU cores (the referee pins
@@ -96,7 +99,8 @@ def run_on_devices(items: list, devices: list[str], work: Callable[[object, str]
         for item in items:
             work(item, devices[0])
         return
-    queue, errors, lock = deque(items), [], threading.Lock()
+    queue, lock = deque(items), threading.Lock()
+    errors: list[BaseException] = []
 
     def serve(device: str, cores: set[int]) -> None:
         os.sched_setaffinity(0, cores)  # this thread only; the threads and workers it starts inherit it

@@ -22,7 +22,7 @@ import kernelopt
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox.device import device_model
 from kernelopt.sandbox.hardware import Hardware, describe
-from kernelopt.sandbox.results import EvalOptions, EvalResult
+from kernelopt.sandbox.results import EvalOptions, EvalResult, Judge
 
 WARM_EVALUATORS = 2  # per actor: each holds a reference worker and a spare candidate worker
 _CORE_LOCKS = Path("/tmp/kernelopt-ray-cores")
@@ -40,7 +40,7 @@ class JudgeWorker:
         self.cores = self._claim_cores(max(1, cores)) if self.device == "cpu" else None
         self.device_model = device_model(self.device)
         self.hardware = describe_hardware(self.device)
-        self._evaluators: OrderedDict[tuple, object] = OrderedDict()
+        self._evaluators: OrderedDict[tuple, Judge] = OrderedDict()  # sandbox.batch.Evaluators
 
     def info(self) -> dict:
         """Where this actor runs and what it judges on (the pool checks and records it)."""
@@ -77,7 +77,7 @@ class JudgeWorker:
         while self._evaluators:
             self._evaluators.popitem(last=False)[1].close()
 
-    def _evaluator(self, problem: Problem, options: EvalOptions, jobs: int):
+    def _evaluator(self, problem: Problem, options: EvalOptions, jobs: int) -> Judge:
         from kernelopt.sandbox.batch import Evaluator
 
         key = _key(problem, options, jobs)

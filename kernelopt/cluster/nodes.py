@@ -15,7 +15,7 @@ def _probe() -> dict:
     import socket
     import subprocess
 
-    facts = {"host": socket.gethostname(), "python": platform.python_version()}
+    facts: dict[str, object] = {"host": socket.gethostname(), "python": platform.python_version()}
     try:
         import kernelopt
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kernelopt.cluster.actor import WARM_EVALUATORS, JudgeWorker
 from kernelopt.cluster.connect import ClusterError, connect
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 CALL_ATTEMPTS = 3        # a call is tried on up to this many actors (each replacing a dead one)
 PLACEMENT_TIMEOUT_S = 300.0  # an actor's process start and imports; past it, the cluster cannot place it
+_Item = TypeVar("_Item")  # what run_on_pool hands out
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class JudgePool:
             raise ClusterError(f"--device {spec.device}: the Ray cluster has no GPU (resources: {cpus:g} CPUs); "
                                "add GPU nodes (`ray start --address ...` on each, docs/scale.md) or use --device cpu")
         if spec.device.startswith("cuda") or (spec.device == "auto" and gpus):
-            device, per_actor, limit = "cuda", {"num_gpus": 1, "num_cpus": 1}, gpus
+            per_actor: dict[str, float] = {"num_gpus": 1, "num_cpus": 1}
+            device, limit = "cuda", gpus
         else:
             if spec.cpus_per_actor <= 0:
                 raise ClusterError(f"--ray-cpus-per-actor must be positive, not {spec.cpus_per_actor:g}")
@@ -310,7 +312,7 @@ class RemoteEvaluator:
         pass  # the actor keeps its Evaluator warm for the next call on this problem
 
 
-def run_on_pool(items: list, pool: JudgePool, work: Callable[[object], None], per_actor: int = 1) -> None:
+def run_on_pool(items: list[_Item], pool: JudgePool, work: Callable[[_Item], None], per_actor: int = 1) -> None:
     """work(item) for every item from `pool.size * per_actor` driver threads (each blocks on
     its actor calls; per_actor > 1 when work also waits on other things, such as an LLM). The
     first exception stops the handing out and is raised when the items in progress are done."""
@@ -318,7 +320,7 @@ def run_on_pool(items: list, pool: JudgePool, work: Callable[[object], None], pe
     queue = list(items)
     queue.reverse()
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kernelopt-ray") as executor:
-        running = set()
+        running: set[Future[None]] = set()
         error: BaseException | None = None
         while queue or running:
             while queue and len(running) < threads and error is None:

@@ -17,6 +17,7 @@ import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeGuard
 
 FAST_P_THRESHOLDS = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 
@@ -62,7 +63,7 @@ def geometric_mean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def _usable(speedup: float | None) -> bool:
+def _usable(speedup: float | None) -> TypeGuard[float]:
     return speedup is not None and math.isfinite(speedup) and speedup > 0
 
 

@@ -24,6 +24,10 @@ _LEVEL_DIR = re.compile(r"^level_?(?P<level>\d+)$", re.IGNORECASE)
 class ProblemError(ValueError):
     """A problem file that cannot be used. The message names the file and the cause."""
 
+    # The health probe's outcome (Health.as_dict()) when it ran before the reference failed
+    # (a Ray actor's answer, cluster/pool.py); None otherwise.
+    health: dict | None = None
+
     def __init__(self, path: str | Path, cause: str):
         self.path = str(path)
         self.cause = cause

@@ -112,10 +112,13 @@ class RewardClient:
         _check_lengths(problems, completions)
         results = await asyncio.gather(*(self.evaluate_async(p, c, reward, options)
                                          for p, c in zip(problems, completions)), return_exceptions=True)
+        answers: list[dict | RewardServiceError] = []
         for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, RewardServiceError):
+            if isinstance(result, RewardServiceError) or not isinstance(result, BaseException):
+                answers.append(result)
+            else:
                 raise result
-        return list(results)
+        return answers
 
     async def evaluate_async(self, problem, completion: str, reward: str | None = None,
                              options: dict | None = None) -> dict:
@@ -347,7 +350,8 @@ class TRLRewardAsync(TRLReward):
     _is_coroutine = getattr(asyncio.coroutines, "_is_coroutine", None)
     _is_coroutine_marker = getattr(inspect, "_is_coroutine_mark", None)
 
-    async def __call__(self, prompts, completions, **columns) -> list[float | None]:
+    # An async __call__ is the point of this class (TRL awaits it), so it overrides the sync one on purpose.
+    async def __call__(self, prompts, completions, **columns) -> list[float | None]:  # type: ignore[override]
         problems = self._problems(columns, len(completions))
         if problems is None:
             return [None] * len(completions)

@@ -213,11 +213,12 @@ def trajectory_rows(rows: list[dict], gamma: float) -> list[dict]:
     judged = _judged(rows)
     by_id = {(r["run_id"], r["candidate_id"]): r for r in judged}
     has_child = {(r["run_id"], r["parent"]) for r in judged if r["parent"] is not None}
-    out = []
+    out: list[dict] = []
     for leaf in judged:
         if (leaf["run_id"], leaf["candidate_id"]) in has_child:
             continue
-        chain, node = [], leaf
+        chain: list[dict] = []
+        node: dict | None = leaf
         while node is not None:
             chain.append(node)
             node = by_id.get((node["run_id"], node["parent"])) if node["parent"] is not None else None
@@ -382,9 +383,10 @@ def get_format(name: str) -> ExportFormat:
     """The format called `name`, once its optional dependency is known to be installed."""
     if name not in FORMATS:
         raise ExportError(f"unknown export format {name!r}: choose one of {', '.join(FORMATS)}")
-    if FORMATS[name].needs:
-        FORMATS[name].needs()
-    return FORMATS[name]
+    chosen = FORMATS[name]
+    if chosen.needs:
+        chosen.needs()
+    return chosen
 
 
 def check_gamma(gamma: float) -> float:

@@ -133,7 +133,7 @@ class RewardFunction:
             if "noisy" in self.params and self.too_noisy(outcome):
                 reward = float(self.params["noisy"])  # withheld: a fixed amount instead
             else:
-                reward = float(self._score(self._trusted_speedup(outcome), self.params, outcome))
+                reward = float(self._score(self._trusted_speedup(outcome.speedup, outcome), self.params, outcome))
             return reward - self.flag_penalty(outcome)
         return float(self.params[FAILURE_STATUSES[outcome.status]])
 
@@ -150,13 +150,14 @@ class RewardFunction:
         p = outcome.precision
         return p is None or not math.isfinite(p) or p > limit
 
-    def _trusted_speedup(self, outcome: Outcome) -> float:
+    def _trusted_speedup(self, speedup: float, outcome: Outcome) -> float:
+        """`speedup` (the correct outcome's), discounted by its interval under `max_interval`."""
         if not self.too_noisy(outcome):
-            return outcome.speedup
+            return speedup
         p = outcome.precision
         if p is None or not math.isfinite(p):
             return 1.0  # no interval: no measured gain is credited
-        return outcome.speedup / (1.0 + p)
+        return speedup / (1.0 + p)
 
     def group(self, outcomes: Sequence[Outcome]) -> list[float]:
         """The rewards of a group of outcomes for one prompt (for cuda_l1: normalized within the

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Literal
 
@@ -203,12 +204,14 @@ class BuildCache:
 
     def store(self, key: str, build: CachedBuild, library: Path | None) -> CachedBuild:
         """Publish a finished build (atomically); returns the entry as stored."""
+        if build.ok and library is None:
+            raise ValueError(f"the build {build.name!r} succeeded but no library was given to store")
         staging = self.root / "staging" / f"entry-{key[:16]}-{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         meta = {"key": key, "ok": build.ok, "name": build.name, "log": build.log[-200_000:],
                 "mode": build.mode, "lean": build.lean, "seconds": build.seconds, "created": time.time(),
                 "file": build.file, "lowered": build.lowered}
-        if build.ok:
+        if build.ok and library is not None:  # (a successful build always has its library: checked above)
             file_name = build.file or f"{build.name}.so"
             shutil.copy2(library, staging / file_name)
             meta["sha256"] = _sha256(staging / file_name)
@@ -246,7 +249,7 @@ class BuildCache:
                           "bytes": size, "last_used": used, "mode": meta.get("mode")})
         return found
 
-    def evict(self, protect: set[str] = frozenset()) -> list[str]:
+    def evict(self, protect: AbstractSet[str] = frozenset()) -> list[str]:
         """Remove least recently used entries until the cache fits its bound."""
         entries = sorted(self.entries(), key=lambda e: e["last_used"])
         total = sum(e["bytes"] for e in entries)
@@ -318,6 +321,8 @@ class BuildService:
     def deliver(self, build: CachedBuild, scratch: Path) -> str:
         """Copy the library where the worker can load it; the cache itself stays out of the
         sandbox (and out of the candidate's reach)."""
+        if build.library is None:
+            raise ValueError(f"the build {build.key[:16]} failed: it has no library to deliver")
         target = scratch / "builds" / build.key[:24] / f"{build.name}.so"
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(build.library, target)

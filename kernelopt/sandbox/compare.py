@@ -11,6 +11,7 @@ Two levels:
 from __future__ import annotations
 
 import io
+import functools
 import math
 from dataclasses import dataclass
 
@@ -93,18 +94,19 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, options: EvalOptions) -
     ref_norm, diff_norm = math.sqrt(sums.ref_squares), math.sqrt(sums.diff_squares)
     rel_l2 = diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
     mismatch = sums.outside / sums.count
-    stats = dict(max_abs_error=max_abs, max_rel_error=max_rel, rel_l2_error=rel_l2, mismatch_fraction=mismatch)
+    measured = functools.partial(Comparison, max_abs_error=max_abs, max_rel_error=max_rel, rel_l2_error=rel_l2,
+                                 mismatch_fraction=mismatch)  # a Comparison with these statistics
     if mismatch > 0:
-        return Comparison(False, f"{mismatch:.2%} of values outside atol={options.atol}, rtol={options.rtol} "
-                                 f"(max abs error {max_abs:.3g})", **stats)
+        return measured(False, f"{mismatch:.2%} of values outside atol={options.atol}, rtol={options.rtol} "
+                               f"(max abs error {max_abs:.3g})")
     bound = options.effective_max_rel_error()
     if rel_l2 > bound:
-        return Comparison(False, f"relative L2 error {rel_l2:.3g} exceeds {bound:g} although every element "
-                                 f"is within atol (reference magnitude {ref_norm / math.sqrt(ref.numel()):.3g} RMS "
-                                 f"is below the tolerance): the output does not follow the input", **stats)
+        return measured(False, f"relative L2 error {rel_l2:.3g} exceeds {bound:g} although every element "
+                               f"is within atol (reference magnitude {ref_norm / math.sqrt(ref.numel()):.3g} RMS "
+                               f"is below the tolerance): the output does not follow the input")
     reduced = ref.dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128) and \
         rel_l2 > REDUCED_PRECISION_REL_L2
-    return Comparison(True, "", reduced_precision=reduced, **stats)
+    return measured(True, "", reduced_precision=reduced)
 
 
 @dataclass

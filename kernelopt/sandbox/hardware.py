@@ -79,7 +79,8 @@ def _describe_cpu() -> Hardware:
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
-    model, flags = "", set()
+    model = ""
+    flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             for line in handle:

@@ -118,7 +118,7 @@ def nvrtc_version(library: str) -> str:
     return f"{major}.{minor}"
 
 
-def nvrtc_available() -> tuple[str | None, str | None]:
+def nvrtc_available() -> tuple[str | None, str]:
     """(library, version) when NVRTC can compile here, else (None, why not)."""
     library = find_libnvrtc()
     if library is None:
@@ -195,6 +195,8 @@ class NvrtcService:
 
     def deliver(self, build: CachedBuild, scratch: Path) -> str:
         """Copy the cubin where the worker can load it; the cache stays out of the sandbox."""
+        if build.library is None:
+            raise ValueError(f"the compile {build.key[:16]} failed: it has no cubin to deliver")
         target = scratch / "builds" / build.key[:24] / CUBIN
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(build.library, target)

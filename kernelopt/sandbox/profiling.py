@@ -174,7 +174,8 @@ def table(profile: Profile) -> str:
     if line is not None:
         flops = (_amount(line.flops, "FLOP") if line.flops else "FLOPs not counted" if line.flops is None
                  else "0 FLOPs counted (only matmuls, convolutions and attention count)")
-        peaks = ", ".join(([f"{line.peak_tflops:g} TFLOP/s {line.precision.upper()}"] if line.peak_tflops else [])
+        peaks = ", ".join(([f"{line.peak_tflops:g} TFLOP/s {line.precision.upper()}"]
+                           if line.peak_tflops and line.precision else [])
                           + ([f"{line.peak_tbs:g} TB/s"] if line.peak_tbs else []))
         lines.append(f"roofline: {flops}, >= {_amount(line.bytes, 'B')} moved per call (the problem's work, "
                      "counted on the reference)")

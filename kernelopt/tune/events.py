@@ -13,7 +13,7 @@ HEARTBEAT_S = 15.0   # a comment line this often keeps proxies and browsers from
 
 
 class EventHub:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._streams: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = []
         self._sequence = 0

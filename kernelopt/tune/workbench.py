@@ -100,9 +100,9 @@ class Workbench:
             raise BadRequest(str(exc)) from exc
         return {"old": d.old, "new": d.new, "text": d.text, "html": highlighted(d.text, DiffLexer())}
 
-    # what the page does ------------------------------------------------------------------------
+    # what the page does (the arguments are the request's JSON values, checked here) -----------
 
-    def ask(self, parent: int | None, hint: str | None, n: int = 1) -> None:
+    def ask(self, parent: object, hint: object, n: object = 1) -> None:
         hint = checked_text(hint, "hint", MAX_HINT) or None
         if not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES:
             raise BadRequest(f"n must be a whole number from 1 to {MAX_SAMPLES}")
@@ -111,15 +111,15 @@ class Workbench:
         self._start(f"{what} from {node.number}" if node else what,
                     lambda: self.session.sample(n, parent=node, hint=hint))
 
-    def submit(self, parent: int | None, code: str) -> None:
+    def submit(self, parent: object, code: object) -> None:
         code = checked_text(code, "code", MAX_CODE)
         if not code.strip():
             raise BadRequest("the code is empty")
         node = self._candidate(parent) if parent is not None else None
         self._start("judging a hand edit", lambda: self.session.submit(code, parent=node))
 
-    def run(self, strategy: str, calls: int) -> None:
-        if strategy not in STRATEGIES:
+    def run(self, strategy: object, calls: object) -> None:
+        if not isinstance(strategy, str) or strategy not in STRATEGIES:
             raise BadRequest(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
         if not isinstance(calls, int) or not 1 <= calls <= MAX_CALLS:
             raise BadRequest(f"calls must be a whole number from 1 to {MAX_CALLS}")
@@ -128,7 +128,7 @@ class Workbench:
     def stop(self) -> None:
         self.session.stop()
 
-    def open_spot(self, module: str) -> dict:
+    def open_spot(self, module: object) -> dict:
         """Opens the hot spot `module`'s problem in a new session (a new run in the store, with
         the same settings) in place of the current one, which is stored as finished."""
         if self.spots is None or self._open_problem is None:
@@ -149,7 +149,7 @@ class Workbench:
         finally:
             with self._lock:
                 self.busy = None
-        old, self.session, self.spot = self.session, session, module
+        old, self.session, self.spot = self.session, session, spot.module
         old.listeners.remove(self._relay)
         session.listeners.append(self._relay)
         old.stop(f"the workbench opened {module}")
@@ -158,7 +158,7 @@ class Workbench:
         self.events.publish("state", state)
         return state
 
-    def accept(self, number: int, path: str, overwrite: bool = False, create_dirs: bool = False) -> dict:
+    def accept(self, number: object, path: object, overwrite: object = False, create_dirs: object = False) -> dict:
         """Writes candidate `number` to `path`: never over an existing file unless `overwrite`,
         and into a missing folder outside the working directory only with `create_dirs`."""
         path = checked_text(path, "path", 4096).strip()

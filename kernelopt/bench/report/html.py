@@ -101,7 +101,7 @@ def best_by_call(series: dict | None) -> str:
 
 def _call_ticks(last: int) -> list[float]:
     step = max(1, -(-last // 10))
-    ticks = list(range(1, last + 1, step))
+    ticks: list[float] = list(range(1, last + 1, step))
     return ticks if ticks[-1] == last else [*ticks, last]
 
 

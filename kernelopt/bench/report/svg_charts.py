@@ -11,6 +11,7 @@ the tests count.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 
@@ -181,16 +182,21 @@ def line_chart(series: list[Series], title: str, x_label: str, y_label: str, x_t
     def x_of(x: float) -> float:
         return LEFT + (x - x_low) / ((x_high - x_low) or 1) * (WIDTH - LEFT - RIGHT)
 
+    y_of: Callable[[float], float]
     if log_y:
         scale = LogScale([y for s in series for _, y in s.points], TOP, bottom)
         y_of = scale
         body = _log_axis(scale)
         body.append(_line(LEFT, scale(1.0), WIDTH - RIGHT, scale(1.0), "#333", 1.5, ' class="unity"'))
     else:
+        if not y_ticks:
+            raise ValueError("a linear y axis needs its y_ticks")
         y_low, y_high = y_ticks[0], y_ticks[-1]
 
-        def y_of(y: float) -> float:
+        def linear_y(y: float) -> float:
             return bottom - (y - y_low) / ((y_high - y_low) or 1) * (bottom - TOP)
+
+        y_of = linear_y
 
         body = []
         for tick in y_ticks:

@@ -109,7 +109,7 @@ class KernelEpisode:
 
     def best_answer(self) -> dict | None:
         judged = [t for t in self.turns if t.reward is not None]
-        return max(judged, key=lambda t: t.reward).answer if judged else None
+        return max(judged, key=lambda t: t.reward if t.reward is not None else float("-inf")).answer if judged else None
 
     def _check_open(self) -> None:
         if self.done:

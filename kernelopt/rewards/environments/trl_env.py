@@ -18,6 +18,8 @@ appends to the prompt. Every public method but `reset` and `get_reward` is a too
 
 from __future__ import annotations
 
+from typing import Any
+
 import functools
 
 from kernelopt.rewards.adapters import PROBLEM_COLUMNS
@@ -34,7 +36,7 @@ class KernelToolEnv:
     def __init__(self, url: str | None = None, *, reward: str | None = None, options: dict | None = None,
                  max_turns: int = 4, target_speedup: float | None = None, episode_reward: str = "best",
                  column: str | None = None):
-        self._settings = dict(url=url, reward=reward, options=options, max_turns=max_turns,
+        self._settings: dict[str, Any] = dict(url=url, reward=reward, options=options, max_turns=max_turns,
                               target_speedup=target_speedup, episode_reward=episode_reward)
         check_settings(**self._settings)  # bad settings fail when TRL probes the factory
         self._columns = (column,) if column else PROBLEM_COLUMNS

@@ -20,6 +20,8 @@ Requires `verifiers` (not in kernelopt's extras: see docs/rewards.md for the ins
 
 from __future__ import annotations
 
+from typing import Any
+
 import verifiers as vf
 
 from kernelopt.kernelbench import load_problem_set, parse_id_ranges
@@ -34,7 +36,7 @@ class KernelEnv(vf.MultiTurnEnv):
     def __init__(self, dataset, *, url: str | None = None, reward: str | None = None, options: dict | None = None,
                  max_turns: int = 4, target_speedup: float | None = None, episode_reward: str = "best",
                  failure_reward: float = 0.0, **kwargs):
-        self.episode_settings = dict(url=url, reward=reward, options=options, max_turns=max_turns,
+        self.episode_settings: dict[str, Any] = dict(url=url, reward=reward, options=options, max_turns=max_turns,
                                      target_speedup=target_speedup, episode_reward=episode_reward)
         check_settings(**self.episode_settings)  # bad settings fail here, not in a rollout
         self.failure_reward = float(failure_reward)

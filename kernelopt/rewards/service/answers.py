@@ -60,7 +60,7 @@ def openrlhf_answer(answers: list[dict], *, extra_logs: bool = True) -> dict:
     for OpenRLHF 0.8's HTTP client, which concatenates them as tensors); plus, per sample, the
     status, the speedup's interval, the flags and the message of an unscorable sample."""
     correct = [1.0 if a["correct"] else 0.0 for a in answers]
-    body = {"rewards": [a["reward"] for a in answers], "scores": correct,
+    body: dict[str, object] = {"rewards": [a["reward"] for a in answers], "scores": correct,
             "statuses": [a["status"] for a in answers],
             "intervals": [a.get("speedup_interval") for a in answers],
             "flags": [list(a.get("flags") or ()) for a in answers],

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from kernelopt.kernelbench import Problem
@@ -61,7 +61,7 @@ class RewardService:
         sample that cannot be judged)."""
         return self._parser.openrlhf(body)
 
-    def submit(self, items: list[EvalItem | Unscorable], *, per_sample: bool = False,
+    def submit(self, items: Sequence[EvalItem | Unscorable], *, per_sample: bool = False,
                arrived: float | None = None) -> PendingAnswers:
         """Accept the items as one request without waiting for verdicts: completions without a
         program, and unscorable samples, are answered at once, the others are queued in their
@@ -73,14 +73,17 @@ class RewardService:
         later (each sample its own failure, as OpenRLHF needs: it cannot use an error answer)."""
         pending = PendingAnswers(items, self._ledger, self.request_timeout, arrived, per_sample=per_sample,
                                  compile_speedups=self.compile_speedups)
-        jobs = []
+        jobs: list[tuple[int, Job]] = []
+        judged: list[tuple[EvalItem, Job]] = []
         for index, item in enumerate(items):
             if isinstance(item, Unscorable):
                 self.metrics.verdict("unscorable")
                 pending.answers[index] = unscorable_answer(item, item.reason)
                 continue
             try:
-                jobs.append((index, Job(extract_code(item.completion).code)))
+                job = Job(extract_code(item.completion).code)
+                jobs.append((index, job))
+                judged.append((item, job))
             except FormatError as exc:
                 self.metrics.verdict("format_error")
                 pending.answers[index] = format_error_answer(item, str(exc))
@@ -97,8 +100,8 @@ class RewardService:
             return pending
         pending.jobs = jobs
         try:
-            for index, job in jobs:
-                self._lanes.submit(items[index].problem, items[index].options, job)
+            for item, job in judged:
+                self._lanes.submit(item.problem, item.options, job)
         except BaseException:
             pending.withdraw()
             raise
@@ -141,7 +144,7 @@ class PendingAnswers:
     and a job per program being judged. Wait with `wait()` from a thread or `wait_async()` from
     an event loop, then always `withdraw()`, which takes back what is still queued."""
 
-    def __init__(self, items: list[EvalItem | Unscorable], ledger: JobLedger, timeout: float,
+    def __init__(self, items: Sequence[EvalItem | Unscorable], ledger: JobLedger, timeout: float,
                  arrived: float | None = None, *, per_sample: bool = False,
                  compile_speedups: dict[str, float] | None = None):
         self.items, self.per_sample = items, per_sample
@@ -163,7 +166,7 @@ class PendingAnswers:
                 self._failed(index, exc)
                 continue
             self.answers[index] = self._verdict_answer(index, result)
-        return self.answers
+        return self._all_answers()
 
     async def wait_async(self) -> list[dict]:
         for index, job in self.jobs:
@@ -178,10 +181,18 @@ class PendingAnswers:
                 self._failed(index, exc)
                 continue
             self.answers[index] = self._verdict_answer(index, result)
-        return self.answers
+        return self._all_answers()
+
+    def _all_answers(self) -> list[dict]:
+        """The answers, once every sample has one (at once, from its job, or as unscorable)."""
+        answers = [answer for answer in self.answers if answer is not None]
+        if len(answers) != len(self.answers):
+            raise RuntimeError("a sample of the request got no answer")  # a bug: each has a job or an answer
+        return answers
 
     def _verdict_answer(self, index: int, result) -> dict:
         item = self.items[index]
+        assert isinstance(item, EvalItem), "only judged samples have jobs"
         return verdict_answer(item, result, self._compile_speedups.get(item.problem.content_hash))
 
     def _failed(self, index: int, error: ServiceError) -> None:

@@ -15,7 +15,7 @@ class ServiceError(Exception):
         self.message, self.retry_after = message, retry_after
 
     def body(self) -> dict:
-        body = {"error": self.message, "code": self.kind}
+        body: dict[str, str | int] = {"error": self.message, "code": self.kind}
         if self.retry_after is not None:
             body["retry_after"] = self.retry_after
         return body

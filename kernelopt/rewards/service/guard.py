@@ -67,7 +67,7 @@ def host_refusal(headers: Mapping[str, str], allowed: frozenset[str]) -> str | N
     """Why the request's Host (and Origin) show it may come from a foreign web page; None if not."""
     raw = headers.get("host")
     name = host_name(raw) if raw else None
-    if name is None:
+    if raw is None or name is None:
         return "a Host header naming this server is required"
     if name not in allowed and not name.endswith(".localhost"):
         return (f"Host {name!r} is not one this server answers to (loopback names, its own address, and "

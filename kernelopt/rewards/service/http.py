@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Route
 
 from kernelopt.rewards.service.answers import openrlhf_answer
 from kernelopt.rewards.service.core import RewardService
@@ -141,11 +142,13 @@ def create_app(service: RewardService, *, max_body: int = 16 << 20, log_requests
     app.state.service, app.state.max_body, app.state.body_timeout = service, max_body, body_timeout
     for endpoint in ENDPOINTS:
         _add_route(app, endpoint)
-    app.add_exception_handler(StarletteHTTPException, _routing_error)
+    # Starlette calls a handler only with the exception class it is registered for; its annotation cannot say so.
+    app.add_exception_handler(StarletteHTTPException, _routing_error)  # type: ignore[arg-type]
     app.add_middleware(RequestGuard, allowed=allowed, token=token)  # inside AnswerBook: refusals are counted
     app.add_middleware(AnswerBook, metrics=service.metrics, log=log_requests,
-                       known_paths=frozenset(route.path for route in app.routes))
-    app.openapi = functools.partial(_openapi_with_request_models, app, app.openapi)
+                       known_paths=frozenset(route.path for route in app.routes if isinstance(route, Route)))
+    # FastAPI's documented way to extend the OpenAPI document is to replace app.openapi.
+    app.openapi = functools.partial(_openapi_with_request_models, app, app.openapi)  # type: ignore[method-assign]
     return app
 
 

@@ -10,7 +10,7 @@ class Metrics:
     """Request and verdict counts, and evaluation time; gauges are read from the service when
     rendered, so they are never stale."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self.requests: Counter = Counter()  # (path, code) -> count
         self.verdicts: Counter = Counter()  # status -> count

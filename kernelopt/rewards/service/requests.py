@@ -8,6 +8,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from pydantic import ValidationError
 
@@ -105,17 +106,17 @@ class RequestParser:
                 items.append(Unscorable(exc.message, reward))
                 continue
             if responses is not None:
-                response, reason = _without_trailing_special_tokens(responses[index]), None
+                items.append(EvalItem(problem, _without_trailing_special_tokens(responses[index]), reward, options))
             elif prompts is None:
-                response, reason = None, ('no "prompts" (or "responses") in the request: the response cannot be '
-                                          "told from the prompt, so nothing is judged")
+                items.append(Unscorable('no "prompts" (or "responses") in the request: the response cannot be '
+                                        "told from the prompt, so nothing is judged", reward, problem))
+            elif (response := response_part(query, prompts[index])) is not None:
+                items.append(EvalItem(problem, response, reward, options))
             else:
-                response = response_part(query, prompts[index])
-                reason = None if response is not None else (
+                items.append(Unscorable(
                     f"samples[{index}]: the query does not start with its prompt (a prompt truncated from the left, "
-                    "or decoded differently): the response cannot be told from the prompt, so nothing is judged")
-            items.append(EvalItem(problem, response, reward, options) if response is not None
-                         else Unscorable(reason, reward, problem))
+                    "or decoded differently): the response cannot be told from the prompt, so nothing is judged",
+                    reward, problem))
         return items
 
     def problem(self, spec) -> Problem:
@@ -245,6 +246,10 @@ def _string(body: dict, key: str, label: str) -> str:
     return _check_text(value, label, short=TEXT_LIMITS[label] <= 256)
 
 
+@overload
+def _string_list(body: dict, key: str, required: Literal[True]) -> list[str]: ...
+@overload
+def _string_list(body: dict, key: str, required: Literal[False]) -> list[str] | None: ...
 def _string_list(body: dict, key: str, required: bool) -> list[str] | None:
     if key not in body:
         if required:

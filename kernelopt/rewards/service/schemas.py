@@ -4,7 +4,7 @@ useful than generic validation errors, and answers are built from `EvalResult` i
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -20,17 +20,24 @@ def _may_be_left_out(description: str | None = None):
 def _request_options_model() -> type[BaseModel]:
     # Built from EvalOptions' own fields, so types, bounds and descriptions cannot drift from
     # what the referee accepts; every one is optional (the service's setting when left out).
-    fields = {}
+    fields: dict[str, Any] = {}
     for name in REQUEST_OPTIONS:
         info = EvalOptions.model_fields[name]
-        checked = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation  # with bounds
+        checked: Any = info.annotation
+        if info.metadata:  # with its bounds
+            with_bounds = (info.annotation, *info.metadata)
+            checked = Annotated[with_bounds]
         fields[name] = (checked, _may_be_left_out(info.description))
     return create_model("RequestOptions", __config__=ConfigDict(extra="forbid"),
                         __doc__="Per-request evaluation settings; anything left out is the service's.",
                         **fields)
 
 
-RequestOptions = _request_options_model()
+if TYPE_CHECKING:  # built at run time; to a type checker, a model like any other
+    class RequestOptions(BaseModel):
+        pass
+else:
+    RequestOptions = _request_options_model()
 
 
 class ProblemById(BaseModel):
@@ -65,7 +72,7 @@ class EvaluateRequest(BaseModel):
 class EvaluateAnswer(EvalResult):
     """The verdict (every field of `kernelopt eval --json`) and its reward."""
 
-    status: Literal[Status, "format_error"]
+    status: Literal[Status, "format_error"]  # type: ignore[assignment]  # widened: an answer may be a format error
     reward: float = Field(description="the reward of this verdict under the spec")
     reward_spec: str = Field(description="the canonical spec, every parameter written out")
     speedup_interval: list[float] | None = Field(

@@ -52,21 +52,27 @@ class RewardServer:
 
     def start(self) -> RewardServer:
         """Serve from a background thread; returns once requests are being answered."""
+        self._serving_thread()
+        return self
+
+    def _serving_thread(self) -> threading.Thread:
+        """The thread serving requests, started if it was not, once requests are being answered."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._uvicorn.run, kwargs={"sockets": [self.socket]},
                                             name="kernelopt-reward-server", daemon=True)
             self._thread.start()
+        thread = self._thread
         while not self._uvicorn.started:
-            if not self._thread.is_alive():
+            if not thread.is_alive():
                 raise RuntimeError("the reward service's HTTP server stopped while starting")
             time.sleep(0.01)
-        return self
+        return thread
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """Serve until `shutdown()` is called from another thread (or a signal handler)."""
-        self.start()
+        thread = self._serving_thread()
         while not self._shutdown_requested.wait(poll_interval):
-            if not self._thread.is_alive():
+            if not thread.is_alive():
                 raise RuntimeError("the reward service's HTTP server stopped unexpectedly")
 
     def shutdown(self) -> None:

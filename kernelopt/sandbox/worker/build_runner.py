@@ -151,7 +151,8 @@ def parse_ninja(path: str) -> dict:
 def build_objects(ninja: dict, build_dir: str, request: dict, log: list[str]) -> bool:
     """Compile every object at once (C++ and CUDA side by side); True when a CUDA source was
     compiled with the lean header."""
-    variables, steps, lean = ninja["vars"], [], []
+    variables, steps = ninja["vars"], []
+    lean: list[str] = []  # the CUDA sources compiled with the lean header
     with_cuda = any(rule == "cuda_compile" for _, rule, _ in ninja["builds"])
     for output, rule, inputs in ninja["builds"]:
         target = os.path.join(build_dir, output)
@@ -256,7 +257,7 @@ def link(ninja: dict, build_dir: str, log: list[str]) -> None:
 
 
 def compile_cuda(variables: dict, source: str, target: str, request: dict, log: list[str],
-                 lean: list) -> None:
+                 lean: list[str]) -> None:
     module_id = translation_unit_id(request["module_id"], source)
     prefixes = host_prefix_finder(request) if request["mode"] == "fast" else None
     if request["mode"] == "fast":
@@ -413,6 +414,8 @@ def compile_with_host_prefix(plan: NvccPlan, directory: str, log: list[str]) -> 
     `-include prefix.h` (GCC then loads prefix.h.gch). False, with the file unchanged, when
     the output does not start with the prefix or that compile fails."""
     prefix_path = os.path.join(directory, _HOST_PREFIX)
+    if plan.host_source is None:  # no prefix fits such a plan (host_prefix_identity)
+        return False
     with open(plan.host_source, encoding="utf-8", errors="surrogateescape") as handle:
         text = handle.read()
     with open(prefix_path, encoding="utf-8", errors="surrogateescape") as handle:
@@ -443,7 +446,8 @@ def make_host_prefix(ninja: dict, build_dir: str, request: dict, log: list[str])
     plan = nvcc_plan(nvcc_command(ninja["vars"], source, target), target,
                      translation_unit_id(request["module_id"], source))
     identity = host_prefix_identity(plan, request.get("toolchain_key", "")) if plan else None
-    if identity is None:
+    # (an identity implies both paths; the checker is told so)
+    if plan is None or identity is None or plan.host_source is None or plan.host_object is None:
         raise BuildFailed("nvcc's steps for these flags do not allow a precompiled host prefix")
     _run_chain(plan.host, plan.env, log)
     with open(plan.host_source, encoding="utf-8", errors="surrogateescape") as handle:

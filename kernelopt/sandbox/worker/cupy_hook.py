@@ -20,6 +20,11 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .extensions import ExtensionTracker
 
 # Options CuPy's compiles take that need a link step or a translation the host does not do.
 _IN_PROCESS_OPTIONS = ("-rdc=true", "--relocatable-device-code=true", "-dc", "--device-c", "-dlto", "-G",
@@ -31,9 +36,10 @@ class CupyCompiles:
     each with the extension tracker's builds (kinds.py reads them) and a failure's log in its
     build log (the compile error's feedback)."""
 
-    def __init__(self, tracker):
+    def __init__(self, tracker: ExtensionTracker) -> None:
         self.tracker = tracker
-        self.request = None  # set by the worker: sends a compile request, returns the host's reply
+        # Set by the worker: sends a compile request, returns the host's reply.
+        self.request: Callable[[dict], dict] | None = None
         self._compiled: dict[tuple, dict] = {}  # one host compile per distinct source and options
         self.installed = False
 
@@ -71,7 +77,9 @@ class CupyCompiles:
         return self._compiled[key]
 
     def _patch(self, cupy) -> None:
-        raw_kernel, raw_module = cupy.RawKernel, cupy.RawModule
+        # CuPy's classes, found at run time (CuPy is optional): the hook's classes derive from them.
+        raw_kernel: Any = cupy.RawKernel
+        raw_module: Any = cupy.RawModule
         if getattr(raw_kernel, "_kernelopt_hook", False):
             return
         _follow_torchs_device(cupy)

@@ -6,6 +6,7 @@ like the rest of the worker."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 class ExtensionTracker:
     """Wraps torch's extension builders to label what the candidate builds and calls.
@@ -15,12 +16,12 @@ class ExtensionTracker:
     can tell a custom kernel that runs from one that is built and then bypassed.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.builds: list[dict] = []
         self.calls = 0
         self.build_log = ""
         # Set when the host builds extensions (see builds.py): sends a request, returns the reply.
-        self.request_build = None
+        self.request_build: Callable[[dict], dict] | None = None
         self.installed = False
         self.delivered: dict[str, str] = {}  # extension name -> the library the host built (for profiling)
 
@@ -56,13 +57,15 @@ class ExtensionTracker:
             record["ok"] = True
             return _CountingModule(module, tracker)
 
-        build.__wrapped__ = original
+        build.__wrapped__ = original  # type: ignore[attr-defined]  # (inspect.unwrap finds torch's builder)
         return build
 
     def build_on_host(self, request: dict, record: dict):
         """Ask the host for the build; load the library it hands back."""
         import importlib.util
 
+        if self.request_build is None:
+            raise RuntimeError("this worker builds no extension on the host")
         reply = self.request_build(request)
         record["cached"] = bool(reply.get("cached"))
         record["lean"] = bool(reply.get("lean"))
@@ -71,6 +74,9 @@ class ExtensionTracker:
             raise RuntimeError(f"Error building extension '{request['name']}': {reply.get('error', '')}")
         self.delivered[request["name"]] = reply["path"]
         spec = importlib.util.spec_from_file_location(request["name"], reply["path"])
+        if spec is None or spec.loader is None:
+            raise RuntimeError(f"the extension {request['name']!r} the host built cannot be imported from "
+                               f"{reply['path']}")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module

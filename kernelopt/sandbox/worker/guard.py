@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any
 
 # Namespaces whose callables the harness (or the reference semantics) depends on.
 _WATCHED_MODULES = (
@@ -27,8 +29,8 @@ _WATCHED_CLASSES = (
 )
 
 
-def _namespaces() -> dict[str, dict]:
-    spaces: dict[str, dict] = {}
+def _namespaces() -> dict[str, Mapping[str, Any]]:
+    spaces: dict[str, Mapping[str, Any]] = {}
     for name in _WATCHED_MODULES:
         module = sys.modules.get(name)
         if module is not None:
@@ -211,7 +213,7 @@ def python_thread_ids() -> set[int]:
 def live_children() -> list[int]:
     """PIDs of running (not zombie) processes whose parent is this process."""
     me = os.getpid()
-    children = []
+    children: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

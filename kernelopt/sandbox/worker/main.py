@@ -25,11 +25,24 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import commands, wire
 from .cupy_hook import CupyCompiles
 from .extensions import ExtensionTracker
 from .settings import environment, library_settings, prepare_process, probe_cuda_driver
+
+if TYPE_CHECKING:  # annotations only: the worker imports torch and its own modules when it needs them
+    import mmap
+    from types import ModuleType
+
+    import torch
+
+    from .guard import Guard
+    from .measure import Fingerprinter, Timer
+
+_T = TypeVar("_T")
 
 _perf_ns = time.perf_counter_ns
 _getprofile, _gettrace = sys.getprofile, sys.gettrace
@@ -38,7 +51,8 @@ _gc_enable, _gc_disable = gc.enable, gc.disable
 _signal_mask = signal.pthread_sigmask
 _BLOCKABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 _PROGRAM_SIGNAL_MASK = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the mask the worker started with
-_timer_call = None  # measure.Timer.call, bound before the first program code runs
+# measure.Timer.call, bound in main() before the first program code runs (and before any command).
+_timer_call: Callable[[Timer, Any, Any], tuple[object, float, float]] = None  # type: ignore[assignment]
 _CUDA_ERROR_MARKERS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "unspecified launch failure")
 
@@ -51,6 +65,7 @@ class WorkerFailure(Exception):
         self.kind = kind
         self.error = error
         self.log = log
+        self.fatal = False  # the error leaves the device unusable (a CUDA error in the candidate's forward)
 
 
 
@@ -60,18 +75,19 @@ class Worker:
         self.role = role
         self.reader = reader
         self.out_fd = out_fd
-        self.model = None
-        self.problem = None
-        self.device = None
-        self.timer = None
-        self.guard = None
-        self.fingerprint = None
+        # Set by `load` (None before it: a command that needs them is then a protocol error).
+        self.model: Any = None
+        self.problem: ModuleType | None = None
+        self.device: torch.device | None = None
+        self.timer: Timer | None = None
+        self.guard: Guard | None = None
+        self.fingerprint: Fingerprinter | None = None
         self.tracker = ExtensionTracker()
         self.cupy = CupyCompiles(self.tracker)  # CuPy's compiles go to the host too (cupy_hook.py)
-        self.settings_at_start = {}
+        self.settings_at_start: dict = {}
         self.retained: list[tuple] = []  # the last round's kept copies as bytes (measure.copy_outputs), for `fetch`
         self.loads = 0
-        self.inputs_map = None  # the host's input slot (shared memory), when it gave one
+        self.inputs_map: mmap.mmap | None = None  # the host's input slot (shared memory), when it gave one
         self.load_message: dict = {}  # the last `load`, for the profiling pass's child process
         import torch
 
@@ -127,16 +143,16 @@ class Worker:
         model and the digest of the init inputs."""
         from . import measure
 
-        self.problem = self._import_problem(msg["problem_path"])
+        self.problem = problem = self._import_problem(msg["problem_path"])
         try:
             measure.set_seed(msg["init_seed"])
-            init_inputs = self.problem.get_init_inputs()
+            init_inputs = problem.get_init_inputs()
         except BaseException as exc:
             raise WorkerFailure("problem_error", "get_init_inputs() raised " + _describe(exc)) from None
         init_digest = measure.digest(init_inputs)
 
         if self.role == "reference":
-            model_class = getattr(self.problem, "Model")
+            model_class = getattr(problem, "Model")
         else:
             model_class = self._import_candidate(msg["candidate_path"])
         try:
@@ -157,11 +173,12 @@ class Worker:
 
         if self.role != "reference":
             raise WorkerFailure("protocol", "only the reference worker makes inputs")
+        problem = _after_load(self.problem)
         sets, blobs = [], []
         for seed in msg["seeds"]:
             try:
                 measure.set_seed(seed)
-                inputs = self.problem.get_inputs()
+                inputs = problem.get_inputs()
                 with _harness_only():
                     spec, packed = transfer.pack(inputs)
                     digest = measure.digest(inputs)
@@ -228,14 +245,14 @@ class Worker:
             return {"ok": False, "kind": "protocol", "error": "expected report"}, []
         self.retained = kept_all if retain else []
         reply = {"ok": True, "extension_calls": self.tracker.calls - calls_before, **self._labels()}
-        reply["violations"] = self.guard.violations() if self.role == "candidate" else []
+        reply["violations"] = _after_load(self.guard).violations() if self.role == "candidate" else []
         return reply, []
 
     def _fingerprint(self, t) -> dict:
         from . import measure
 
         try:
-            return self.fingerprint(t)
+            return _after_load(self.fingerprint)(t)
         except measure.HarnessObjectError as exc:
             raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
 
@@ -245,6 +262,7 @@ class Worker:
         from . import transfer
 
         size, at = call.get("slot"), call.get("at", 0)
+        buffer: bytearray | memoryview
         if size is None and len(blobs) == 1:
             buffer = bytearray(blobs[0])
         elif (isinstance(size, int) and isinstance(at, int) and self.inputs_map is not None
@@ -254,7 +272,7 @@ class Worker:
             raise WorkerFailure("protocol", "a call frame without its inputs")
         try:
             with _harness_only():
-                return transfer.unpack(call.get("spec"), buffer, self.device)
+                return transfer.unpack(call.get("spec"), buffer, _after_load(self.device))
         except transfer.TransferError as exc:
             raise WorkerFailure("protocol", str(exc)) from None
 
@@ -268,12 +286,13 @@ class Worker:
         fingerprints. The copies are fresh, made with torch-function and dispatch handling off."""
         from . import measure, transfer
 
-        self._check_harness_objects(self.timer.harness_tensors(), "the timer's flush buffer")
+        timer = _after_load(self.timer)
+        self._check_harness_objects(timer.harness_tensors(), "the timer's flush buffer")
         self._check_interception("before its call")
         try:
             # Through the class, bound at import: a method shadowed on the instance is never called.
             with program_code():
-                output, event_ms, host_ms = _timer_call(self.timer, self.model, inputs)
+                output, event_ms, host_ms = _timer_call(timer, self.model, inputs)
         except BaseException as exc:
             raise self._run_failure(exc) from None
         self._check_interception("after its call returned")
@@ -286,7 +305,7 @@ class Worker:
                 raise WorkerFailure("bad_output", str(exc)) from None
             aliased = measure.aliases(outputs, inputs)
             kept, taken = measure.copy_outputs(outputs)
-            self.timer.drain()
+            timer.drain()
         return event_ms, host_ms, kept, taken, aliased, shape
 
     def _check_harness_objects(self, obj, what: str) -> None:
@@ -352,7 +371,7 @@ class Worker:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _import_problem(self, path: str):
+    def _import_problem(self, path: str) -> ModuleType:
         try:
             return _exec_module("kernelopt_problem", path)
         except BaseException as exc:
@@ -394,6 +413,13 @@ class Worker:
 
         return {"builds": self.tracker.builds, "extension_calls_total": self.tracker.calls,
                 "changed_settings": changed, "torch_threads": torch.get_num_threads()}
+
+
+def _after_load(value: _T | None) -> _T:
+    """`value`, which `load` sets: a command that needs it before any load is a protocol error."""
+    if value is None:
+        raise WorkerFailure("protocol", "the program is not loaded: send load first")
+    return value
 
 
 @contextlib.contextmanager
@@ -468,10 +494,12 @@ def _pinned_to(cpu: int | None):
 
 
 
-def _exec_module(name: str, path: str):
+def _exec_module(name: str, path: str) -> ModuleType:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} cannot be imported as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

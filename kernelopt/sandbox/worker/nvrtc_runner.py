@@ -60,6 +60,8 @@ def compile_cubin(nvrtc: ctypes.CDLL, source: str, options: list[str], name_expr
             name = ctypes.c_char_p()
             _check(nvrtc, nvrtc.nvrtcGetLoweredName(program, expression.encode(), ctypes.byref(name)),
                    "nvrtcGetLoweredName")
+            if name.value is None:
+                raise NvrtcError(f"NVRTC gave no lowered name for {expression!r}")
             lowered[expression] = name.value.decode()
         return cubin.raw, lowered, log
     finally:

@@ -81,6 +81,7 @@ def torch_profile(model, inputs, device, iterations: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     gpu = device.type == "cuda"
+    recorder: profile | torch.autograd.profiler.profile
     if gpu:
         recorder = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
     else:
@@ -91,7 +92,9 @@ def torch_profile(model, inputs, device, iterations: int) -> dict:
         _synchronize(device)
     times: dict[str, float] = {}
     counts: dict[str, int] = {}
-    for event in recorder.events() if gpu else recorder.function_events:
+    # (the autograd profiler is the CPU's: not gpu)
+    events = recorder.function_events if isinstance(recorder, torch.autograd.profiler.profile) else recorder.events()
+    for event in events:
         if gpu:
             if event.device_type != DeviceType.CUDA:
                 continue
@@ -104,7 +107,7 @@ def torch_profile(model, inputs, device, iterations: int) -> dict:
         times[name] = times.get(name, 0.0) + float(us)
         counts[name] = counts.get(name, 0) + 1
     total_us = sum(times.values())
-    ranked = sorted(times, key=times.get, reverse=True)
+    ranked = sorted(times, key=lambda name: times[name], reverse=True)
     rows = [_row(name, times[name], counts[name], total_us, iterations) for name in ranked[:TOP_ROWS]]
     rest = ranked[TOP_ROWS:]
     if rest:
@@ -142,7 +145,7 @@ def work_counts(model, inputs, output, notes: list[str]) -> dict:
         if t.is_floating_point():
             by_dtype[str(t.dtype)] = by_dtype.get(str(t.dtype), 0) + t.numel() * t.element_size()
     if by_dtype:
-        found["precision"] = _PRECISIONS.get(max(by_dtype, key=by_dtype.get))
+        found["precision"] = _PRECISIONS.get(max(by_dtype, key=lambda dtype: by_dtype[dtype]))
     return found
 
 
@@ -290,6 +293,8 @@ def ncu_child(spec_path: str, tracker_class) -> None:
 
     def load(name: str, path: str):
         module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ImportError(f"{path} cannot be imported as a module")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
         module_spec.loader.exec_module(module)

@@ -103,7 +103,8 @@ def unpack(spec, buffer, device: torch.device):
 
 
 def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
-    dtype = _DTYPES.get(meta.get("dtype"))
+    dtype_name = meta.get("dtype")
+    dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     shape, offset, nbytes = meta.get("shape"), meta.get("offset"), meta.get("nbytes")
     if dtype is None or not isinstance(shape, list) or not isinstance(offset, int) or not isinstance(nbytes, int):
         raise TransferError("malformed tensor in the input spec")

@@ -15,6 +15,7 @@ import json
 import os
 import select
 import time
+from collections.abc import Sequence
 
 PROTOCOL_VERSION = 2
 MAX_HEADER_BYTES = 16 << 20
@@ -32,12 +33,12 @@ class ProtocolError(ValueError):
     """A frame that does not follow the format (oversized, not JSON, bad sizes)."""
 
 
-def encode_frame(header: dict, blobs: list[bytes] = ()) -> bytes:
+def encode_frame(header: dict, blobs: Sequence[bytes] = ()) -> bytes:
     header = dict(header, blobs=[len(b) for b in blobs])
     return json.dumps(header, separators=(",", ":")).encode() + b"\n" + b"".join(blobs)
 
 
-def write_frame(fd: int, header: dict, blobs: list[bytes] = (), deadline: float | None = None) -> None:
+def write_frame(fd: int, header: dict, blobs: Sequence[bytes] = (), deadline: float | None = None) -> None:
     """Write a whole frame. On a non-blocking descriptor, wait for room until `deadline`
     (time.monotonic; ChannelTimeout after it)."""
     data = memoryview(encode_frame(header, blobs))
