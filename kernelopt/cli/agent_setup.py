@@ -158,7 +158,8 @@ def apply_overrides(config, args, resuming: bool, strategy_options: dict | None 
         config.base_url = args.base_url
     if resuming:
         return
-    config.price = list(args.price) if args.price else price_from_table(args.price_table, config.model)
+    table_price = price_from_table(args.price_table, config.model)
+    config.price = list(args.price) if args.price else (list(table_price) if table_price else None)
     if args.max_cost is not None and not config.price:
         raise UsageError(f"--max-cost needs a price for {config.model}: --price IN OUT (dollars per "
                          "million tokens) or an entry in --price-table")
@@ -176,7 +177,7 @@ def apply_overrides(config, args, resuming: bool, strategy_options: dict | None 
             raise UsageError(f"{name} must not be negative")
 
 
-def price_from_table(path: str | None, model: str) -> list[float] | None:
+def price_from_table(path: str | None, model: str) -> tuple[float, float] | None:
     from kernelopt.agent.llm import LLMConfigError, load_price_table
 
     if not path:
@@ -185,7 +186,7 @@ def price_from_table(path: str | None, model: str) -> list[float] | None:
         price = load_price_table(path).get(model)
     except LLMConfigError as exc:
         raise UsageError(str(exc)) from exc
-    return [price.input_per_mtok, price.output_per_mtok] if price else None
+    return (price.input_per_mtok, price.output_per_mtok) if price else None
 
 
 # the agent over a problem set ------------------------------------------------------------------

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from kernelopt.cli.errors import EnvironmentFailure, UsageError
 from kernelopt.cli.text import progress
+
+if TYPE_CHECKING:
+    from kernelopt.cluster import JudgePool
 
 
 def add_ray_options(p, pool: bool = True) -> None:
@@ -37,7 +41,7 @@ def check_ray_args(args) -> None:
 
 
 @contextmanager
-def ray_pool(args, device: str) -> Iterator[object | None]:
+def ray_pool(args, device: str) -> Iterator[JudgePool | None]:
     """The judging pool --ray asks for on `device` (auto, cpu or cuda), or None without --ray;
     closed (and a local instance stopped) on leaving. A cluster that cannot meet the request is a
     UsageError before any work; one that fails during the work (actors dying in turn) an

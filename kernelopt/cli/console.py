@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -26,8 +29,8 @@ class ConsoleProgress:
         self.description = description
         self.stream = stream or sys.stderr
         self.live = is_terminal(self.stream)
-        self._bar = None
-        self._task = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     def __call__(self, line: str) -> None:
         if self._bar is not None:
@@ -38,20 +41,20 @@ class ConsoleProgress:
     def update(self, done: int, total: int, eta: str = "-") -> None:
         if not self.live:
             return
-        if self._bar is None:
-            self._start(total)
+        if self._bar is None or self._task is None:
+            self._bar, self._task = self._start(total)
         self._bar.update(self._task, completed=done, total=total, eta=eta)
 
-    def _start(self, total: int) -> None:
+    def _start(self, total: int) -> tuple[Progress, TaskID]:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         console = Console(file=self.stream, force_terminal=True)
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console,
-                             transient=False)
-        self._task = self._bar.add_task(self.description, total=total, eta="-")
-        self._bar.start()
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"), console=console, transient=False)
+        task = bar.add_task(self.description, total=total, eta="-")
+        bar.start()
+        return bar, task
 
     def close(self) -> None:
         if self._bar is not None:

@@ -93,7 +93,7 @@ def run_extract(args) -> int:
 
 
 def parse_replacements(values: list[str]) -> list[tuple[str, Path]]:
-    pairs = []
+    pairs: list[tuple[str, Path]] = []
     for value in values:
         path, sep, file = value.partition("=")
         if not sep or not path or not file:

@@ -61,9 +61,9 @@ def run_model_optimize(args) -> int:
         raise UsageError("--resume continues the run in --out DIR: give its --out")
     loaded, profile = load_and_profile(args)
     out = Path(args.out) if args.out else None
-    plan = read_plan(out) if args.resume else None
+    plan = read_plan(out) if args.resume and out is not None else None
     with usage_errors():
-        store = RunStore.open(args.store or (plan and plan["store"]))
+        store = RunStore.open(args.store or (plan["store"] if plan else None))
     out = out or store.path.parent / f"model-{loaded.problem.name}"
     if plan is None:
         plan = new_plan(args, loaded, profile, store, out)
@@ -84,6 +84,8 @@ def run_model_optimize(args) -> int:
             code = Path(best["path"]).read_text(encoding="utf-8")
             replacements.append(replacement_for(loaded, constructors, spot["module"], code, f"run {spot['run_id']}"))
             alone[spot["module"]] = (best["speedup"], f"{best['status']} (best of run {spot['run_id']})")
+    if settings is None:
+        raise UsageError(f"{args.model_file}: no hot spot to optimize (see `kernelopt model extract` for why)")
     device, eval_options = settings
     # the composition is judged with the runs' settings, without their advisory profiling pass
     options = EvalOptions(device=device, **{k: v for k, v in eval_options.items() if k != "profile"})
@@ -144,7 +146,12 @@ def search_spot(args, spot: dict, plan: dict, store, out: Path, base_url: str | 
             if args.base_url:
                 config.base_url = args.base_url
         else:
-            config = new_config(args, base_url, str(out / "problems" / spot["file"]), args.strategy)
+            # a spot a resumed run had not reached: its search starts now, on the endpoint configured now
+            endpoint = base_url or configured_endpoint(args)
+            if endpoint is None:
+                raise UsageError(f"the search on {spot['module']} has not started yet: give the endpoint "
+                                 "(--base-url, or an API key) to resume it")
+            config = new_config(args, endpoint, str(out / "problems" / spot["file"]), args.strategy)
             config.limits["llm_calls"] = spot["llm_calls"]
             problem = load_problem(out / "problems" / spot["file"])
         device, client, api_key = checked_run(config, new=not spot["run_id"])

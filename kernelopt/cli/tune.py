@@ -141,7 +141,8 @@ def open_session(args, problem: str | None = None):
         return Session.open(problem, model=args.model, base_url=base_url, device=args.device,
                             store=args.store, api_key_env=args.api_key_env, eval_options=run_eval_settings(args),
                             llm_options=llm_settings(args), use_cache=not args.no_cache, backend=args.backend,
-                            price=args.price or price_from_table(args.price_table, args.model), check=False)
+                            price=tuple(args.price) if args.price else price_from_table(args.price_table, args.model),
+                            check=False)
     except SessionError as exc:
         raise UsageError(str(exc)) from exc
 

@@ -13,8 +13,12 @@ composed and judged again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kernelopt.model.runtime_template import RUNTIME
+
+if TYPE_CHECKING:
+    from kernelopt.sandbox.results import EvalResult
 
 
 @dataclass
@@ -32,8 +36,8 @@ class Composition:
     source: str | None                       # the composed program (None: nothing survived)
     kept: list[str]                          # paths
     dropped: dict[str, str]                  # path -> why
-    result: object | None = None             # the referee's verdict on `source` (EvalResult)
-    alone: dict[str, object] = field(default_factory=dict)   # path -> verdict of it alone in context
+    result: EvalResult | None = None         # the referee's verdict on `source`
+    alone: dict[str, EvalResult] = field(default_factory=dict)   # path -> verdict of it alone in context
 
 
 def composed_source(model_source: str, replacements: list[Replacement]) -> str:
@@ -63,7 +67,7 @@ def compose_and_verify(problem, replacements: list[Replacement], options, on_ver
         if result.correct:
             return Composition(source, [r.path for r in replacements], {}, result)
         dropped: dict[str, str] = {}
-        alone: dict[str, object] = {}
+        alone: dict[str, EvalResult] = {}
         kept = []
         if len(replacements) == 1:
             alone[replacements[0].path] = result

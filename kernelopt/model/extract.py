@@ -72,7 +72,7 @@ def extract_spots(loaded: LoadedModel, spots, top: int | None = None) -> list[Ex
 def write_extracted(items: list[Extracted], out_dir: Path, model_path: str, profile_json: dict) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     for item in items:
-        if item.file:
+        if item.file and item.source is not None:
             (out_dir / item.file).write_text(item.source, encoding="utf-8")
     manifest = {"model": str(model_path), "device": profile_json["device"],
                 "forward_ms": profile_json["forward_ms"],
@@ -180,11 +180,11 @@ def model_code_without_entry_points(source: str) -> str:
     all), comments and everything else kept."""
     tree = ast.parse(source)
     lines = source.splitlines()
-    drop = set()
+    drop: set[int] = set()
     for node in tree.body:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in REQUIRED_NAMES:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            drop.update(range(first - 1, node.end_lineno))
+            drop.update(range(first - 1, node.end_lineno or node.lineno))
     kept = [line for i, line in enumerate(lines) if i not in drop]
     return re.sub(r"\n{4,}", "\n\n\n", "\n".join(kept))
 

@@ -6,6 +6,8 @@ script of theirs); candidates for it are only ever run by the referee, in its sa
 
 from __future__ import annotations
 
+from typing import Any
+
 import importlib.util
 import itertools
 import sys
@@ -21,7 +23,7 @@ _serial = itertools.count()
 class LoadedModel:
     problem: Problem
     namespace: dict          # the executed file's globals
-    model: object            # Model(*get_init_inputs()), as constructed
+    model: Any               # Model(*get_init_inputs()), as constructed (a torch.nn.Module)
     init_inputs: list
     inputs: list
 
@@ -49,6 +51,7 @@ def execute(problem: Problem) -> dict:
     """The file's globals after running it as a module of its own (classes get a real module)."""
     name = f"kernelopt_model_{next(_serial)}"
     spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None  # a spec without a loader is always made
     module = importlib.util.module_from_spec(spec)
     module.__file__ = str(Path(problem.path).resolve())
     sys.modules[name] = module

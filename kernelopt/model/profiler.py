@@ -161,10 +161,9 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int =
     inclusive = device_times if cuda else fastest(thread_times)
     kinds = {path: type(m).__name__ for path, m in model.named_modules()}
     children = child_paths(model)
-    profile = summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children,
-                        split, ops)
-    profile.threads = threads or previous_threads
-    return profile
+    found = summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children, split, ops)
+    found.threads = threads or previous_threads
+    return found
 
 
 def signature(args, kwargs) -> Signature:
@@ -173,7 +172,7 @@ def signature(args, kwargs) -> Signature:
     described = []
     for value in args:
         if isinstance(value, torch.Tensor):
-            entry = {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
+            entry: dict[str, object] = {"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
             if not value.is_floating_point() and not value.is_complex() and value.numel():
                 entry["low"], entry["high"] = int(value.min()), int(value.max())
             described.append(entry)
@@ -310,5 +309,5 @@ def most_common(seen: list[Signature]) -> Signature | None:
     counts: dict[tuple, int] = {}
     for s in seen:
         counts[s.key()] = counts.get(s.key(), 0) + 1
-    best = max(counts, key=counts.get)
+    best = max(counts, key=lambda key: counts[key])
     return next(s for s in seen if s.key() == best)
