@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelopt.sandbox import process_tree
+from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.process_tree import resident_bytes
 
 MECHANISMS = ("cgroup2", "cgroup1", "none")
@@ -57,7 +58,7 @@ DESCRIPTIONS = {
 }
 
 
-class ContainmentError(RuntimeError):
+class ContainmentError(IsolationError):
     """The requested containment cannot be set up here."""
 
 

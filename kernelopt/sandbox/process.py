@@ -149,11 +149,22 @@ class WorkerProcess:
         return WorkerDied(f"{self.role} worker exited with code {code}")
 
     @property
+    def containment_kind(self) -> str:
+        """What contains this worker's processes: cgroup2, cgroup1, none (the tree walk), or
+        docker (the container's own cgroup)."""
+        return "docker" if self.contained is None else self.contained.kind
+
+    @property
     def containment_record(self) -> str:
-        """What contains this worker's processes, for the verdict's isolation record."""
+        """The same, with why no stronger mechanism is used, for the verdict's isolation record."""
         if self.contained is None:
-            return "container cgroup (docker): the container's own limits; the host's census reads the container"
+            return "docker: the container's own cgroup (its limits; the host's census reads the container)"
         return self.contained.record()
+
+    @property
+    def kernel_memory_limit(self) -> bool:
+        """Whether the kernel's memory limit covers the worker's group."""
+        return self.contained is not None and self.contained.kind != "none" and self.contained.mechanism.memory
 
     def record_baseline(self) -> None:
         """Call once the worker said hello: the processes of the sandbox (bwrap, the worker)
