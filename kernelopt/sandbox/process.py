@@ -68,10 +68,12 @@ class WorkerProcess:
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
         # A container gets no descriptors beyond its attached streams: inputs then travel in frames.
         self.inputs = None if backend.name == "docker" else InputSlot(role)
-        self.contained: containment.Group | process_tree.TreeWalk | None = None
+        self.contained: containment.Group | process_tree.TreeWalk
         if backend.name == "docker":
             self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
                                             cmd_read, out_write, self.log_path)
+            self.contained = process_tree.ContainerWalk()
+            self.contained.attach(self.process.pid)
         else:
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
             fds = (cmd_read, out_write, self.inputs.fd)
@@ -139,7 +141,7 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.process.wait()
-        if self.memory_exceeded or (self.contained is not None and self.contained.oom_killed()):
+        if self.memory_exceeded or self.contained.oom_killed():
             self.memory_exceeded = True
             return WorkerDied(f"{self.role} worker exceeded the memory limit of "
                               f"{self.memory_limit / 2**30:.2f} GiB and was killed", True)
@@ -152,19 +154,17 @@ class WorkerProcess:
     def containment_kind(self) -> str:
         """What contains this worker's processes: cgroup2, cgroup1, none (the tree walk), or
         docker (the container's own cgroup)."""
-        return "docker" if self.contained is None else self.contained.kind
+        return self.contained.kind
 
     @property
     def containment_record(self) -> str:
         """The same, with why no stronger mechanism is used, for the verdict's isolation record."""
-        if self.contained is None:
-            return "docker: the container's own cgroup (its limits; the host's census reads the container)"
         return self.contained.record()
 
     @property
     def kernel_memory_limit(self) -> bool:
         """Whether the kernel's memory limit covers the worker's group."""
-        return self.contained is not None and self.contained.kind != "none" and self.contained.mechanism.memory
+        return isinstance(self.contained, containment.Group) and self.contained.mechanism.memory
 
     def record_baseline(self) -> None:
         """Call once the worker said hello: the processes of the sandbox (bwrap, the worker)
@@ -176,7 +176,7 @@ class WorkerProcess:
         self.baseline_threads = self.thread_count()
 
     def _members(self) -> list[int]:
-        return self.contained.members() if self.contained is not None else []
+        return self.contained.members()
 
     def extra_processes(self) -> int:
         """Processes in the worker's group beyond the harness's own, read by the host from the
@@ -189,12 +189,12 @@ class WorkerProcess:
 
     def thread_count(self) -> int:
         """Live threads of every process in the group."""
-        return len(self.contained.threads()) if self.contained is not None else 0
+        return len(self.contained.threads())
 
     def thread_names(self) -> list[str]:
         """The group's thread names (/proc's comm), for messages: a driver's thread is named."""
         names = []
-        for tid in self.contained.threads() if self.contained is not None else ():
+        for tid in self.contained.threads():
             try:
                 with open(f"/proc/{tid}/comm", encoding="utf-8", errors="replace") as f:
                     names.append(f.read().strip())
@@ -207,7 +207,7 @@ class WorkerProcess:
         those that have exited included (the kernel's accounting, read from the host). Under the
         degraded tree walk: the worker process's CPU clock alone. None where the host cannot
         read it (a container)."""
-        if self.contained is None or getattr(self, "worker_pid", None) is None:
+        if getattr(self, "worker_pid", None) is None:
             return None
         return self.contained.cpu_seconds()
 
@@ -216,12 +216,10 @@ class WorkerProcess:
         freezer; SIGSTOP per process under the tree walk), so that none of its code runs, not
         even a signal handler, while the other worker is timed. Containers are not frozen here;
         their census still runs."""
-        if self.contained is not None:
-            self.contained.freeze()
+        self.contained.freeze()
 
     def thaw(self) -> None:
-        if self.contained is not None:
-            self.contained.thaw()
+        self.contained.thaw()
 
     def log_tail(self) -> str:
         try:
@@ -249,15 +247,13 @@ class WorkerProcess:
                 pass
         if self.inputs is not None:
             self.inputs.close()
-        if self.contained is not None:
-            self.contained.remove()
+        self.contained.remove()
 
     def kill(self) -> None:
         """Kill everything in the worker's group (a container: removed with what is left in it)."""
         self._stop_watch.set()
-        if self.contained is not None:
-            self.contained.kill()
-        else:
+        self.contained.kill()
+        if not isinstance(self.process, subprocess.Popen):
             self.process.kill()
         try:
             self.process.wait(timeout=10)
@@ -266,9 +262,7 @@ class WorkerProcess:
 
     def _watch_memory(self) -> None:
         """The group's resident memory, every member's (a detached process's included); a
-        container's is the container's limit's job."""
-        if self.contained is None:
-            return
+        container's: its process tree's (its own limit holds it too)."""
         while not self._stop_watch.wait(_WATCH_INTERVAL_S):
             if self.process.poll() is not None and not self._members():
                 return

@@ -202,3 +202,26 @@ def resident_bytes(pid: int) -> int:
         if pages:
             return pages * page
     return 0
+
+
+class ContainerWalk(TreeWalk):
+    """A docker worker's processes as the host sees them (a local daemon's containers are the
+    host kernel's processes): the census and the memory watchdog walk the tree under the
+    container's init, the kill takes it; the container is itself a cgroup, whose limits hold
+    its processes. It is not frozen here and its CPU time is not read (docs/referee.md)."""
+
+    kind = "docker"
+
+    def __init__(self):
+        super().__init__("docker: the container's own cgroup (its limits); the host's census walks the "
+                         "container's process tree")
+        self._record = self._record.removeprefix("none; ")
+
+    def cpu_seconds(self) -> float | None:
+        return None
+
+    def freeze(self) -> bool:
+        return False
+
+    def thaw(self) -> bool:
+        return True
