@@ -72,7 +72,7 @@ class WorkerProcess:
         if backend.name == "docker":
             self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
                                             cmd_read, out_write, self.log_path)
-            self.contained = process_tree.ContainerWalk()
+            self.contained = process_tree.ContainerWalk(self.process.container)
             self.contained.attach(self.process.pid)
         else:
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
@@ -205,8 +205,8 @@ class WorkerProcess:
     def cpu_seconds(self) -> float | None:
         """The CPU time the worker's group has used so far, every process and thread together,
         those that have exited included (the kernel's accounting, read from the host). Under the
-        degraded tree walk: the worker process's CPU clock alone. None where the host cannot
-        read it (a container)."""
+        degraded tree walk: the worker process's CPU clock alone; a container's from its
+        daemon's stats. None where it cannot be read."""
         if getattr(self, "worker_pid", None) is None:
             return None
         return self.contained.cpu_seconds()
@@ -214,8 +214,8 @@ class WorkerProcess:
     def freeze(self) -> None:
         """Stop every thread of every process of this worker's group at once (the kernel's
         freezer; SIGSTOP per process under the tree walk), so that none of its code runs, not
-        even a signal handler, while the other worker is timed. Containers are not frozen here;
-        their census still runs."""
+        even a signal handler, while the other worker is timed (a container: paused by its
+        daemon)."""
         self.contained.freeze()
 
     def thaw(self) -> None:

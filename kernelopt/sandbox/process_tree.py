@@ -205,23 +205,37 @@ def resident_bytes(pid: int) -> int:
 
 
 class ContainerWalk(TreeWalk):
-    """A docker worker's processes as the host sees them (a local daemon's containers are the
-    host kernel's processes): the census and the memory watchdog walk the tree under the
-    container's init, the kill takes it; the container is itself a cgroup, whose limits hold
-    its processes. It is not frozen here and its CPU time is not read (docs/referee.md)."""
+    """A docker worker's processes. The container is itself a cgroup, and the daemon acts on all
+    of it: `pause`/`unpause` (the cgroup freezer) stop every process of it during the other
+    side's turn, `stats` gives its CPU time (every process that ran in it), removing it kills
+    all. The census and the memory watchdog walk the tree under the container's init (a local
+    daemon's containers are the host kernel's processes); its own limits hold it too."""
 
     kind = "docker"
 
-    def __init__(self):
-        super().__init__("docker: the container's own cgroup (its limits); the host's census walks the "
-                         "container's process tree")
-        self._record = self._record.removeprefix("none; ")
+    def __init__(self, container):
+        super().__init__()
+        self._record = ("docker: the container's own cgroup (paused during the other side's turn, its CPU time "
+                        "from the daemon's stats, removed whole)")
+        self.container = container
 
     def cpu_seconds(self) -> float | None:
-        return None
+        try:
+            stats = self.container.stats(stream=False, one_shot=True)
+            return int(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+        except Exception:  # noqa: BLE001 - a daemon without one-shot stats: no CPU time
+            return None
 
     def freeze(self) -> bool:
-        return False
+        try:
+            self.container.pause()
+            return True
+        except Exception:  # noqa: BLE001 - gone, or a daemon that cannot pause: the census still runs
+            return False
 
     def thaw(self) -> bool:
-        return True
+        try:
+            self.container.unpause()
+            return True
+        except Exception:  # noqa: BLE001
+            return False
