@@ -281,9 +281,10 @@ class Group:
         """The prefix of a command line that moves the process into this group and then execs
         the rest of the line: everything the command starts is born inside."""
         files = [str(path / "cgroup.procs") for path in self.paths.values()]
-        script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; '
-                  'exec "$@"')
-        return ["sh", "-c", script, "kernelopt-enter", str(len(files)), *files]
+        script = ('n=$1; shift; while [ "$n" -gt 0 ]; do '
+                  'echo $$ > "$1" || { echo "kernelopt: cannot enter the worker\'s cgroup ($1)" >&2; exit 125; }; '
+                  'shift; n=$((n-1)); done; exec "$@"')
+        return ["/bin/sh", "-c", script, "kernelopt-enter", str(len(files)), *files]
 
     # -- reading ------------------------------------------------------------------------------
 
