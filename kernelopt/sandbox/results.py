@@ -302,7 +302,8 @@ class EvalResult(BaseModel):
         if self.flags:
             parts.append("flags: " + ", ".join(self.flags))
         if self.isolation is not None:
-            parts.append(f"isolation: {self.isolation.backend}")
+            held = f", containment: {self.isolation.containment}" if self.isolation.containment else ""
+            parts.append(f"isolation: {self.isolation.backend}{held}")
             parts.extend(f"warning: {w}" for w in self.isolation.warnings)
         parts.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(parts)
