@@ -7,31 +7,38 @@
 #   (SYS_exit on the leader thread alone) while a second thread runs on: /proc shows the
 #   helper as a zombie, so a census, a freeze and a memory watchdog that walk the worker's
 #   process tree skip it, and its CPU time is outside the worker's CPU clock. The helper
-#   streams memory (64 MiB copies) whenever the candidate's forward has not run for 2 ms, which
-#   is while the candidate is stopped and the reference is timed, so the reference slows down;
-#   the answer is the reference's own. Generic: it works on any problem. The worker's kernel
-#   group holds the helper all the same: the census counts it, the freeze stops it
+#   streams memory (8 MiB copies over 64 MiB) whenever the worker reads as stopped (SIGSTOP:
+#   the old freeze), which is exactly while the reference is timed, so the reference slows
+#   down; the answer is the reference's own. Generic: it works on any problem. The worker's
+#   kernel group holds the helper all the same: the census counts it, the freeze stops it
 import ctypes
-import mmap
 import os
-import struct
 import threading
 import time
 
 import torch
 import torch.nn as nn
 
-_SHARED = mmap.mmap(-1, 8)  # anonymous and shared: the candidate's last call, for the helper
+_WORKER = os.getpid()
 
 
-def _stream_while_idle() -> None:
+def _worker_stopped() -> bool:
+    try:
+        with open(f"/proc/{_WORKER}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except OSError:
+        os._exit(0)  # the worker is gone: so is the helper
+
+
+def _stream_while_stopped() -> None:
     source, target = bytearray(64 << 20), bytearray(64 << 20)
+    chunk, at = 8 << 20, 0
     while True:
-        (last,) = struct.unpack("d", _SHARED[:8])
-        if time.monotonic() - last > 0.002:
-            target[:] = source  # a 64 MiB memcpy: the memory bus, busy
+        if _worker_stopped():
+            target[at:at + chunk] = source[at:at + chunk]  # the memory bus, busy
+            at = (at + chunk) % len(source)
         else:
-            time.sleep(0.0005)
+            time.sleep(0.0002)
 
 
 def _start_helper() -> None:
@@ -42,7 +49,7 @@ def _start_helper() -> None:
     try:
         os.setsid()
         if os.fork() == 0:
-            threading.Thread(target=_stream_while_idle, daemon=True).start()
+            threading.Thread(target=_stream_while_stopped, daemon=True).start()
             time.sleep(0.05)
             ctypes.CDLL(None).syscall(60, 0)  # SYS_exit: only the leader thread ends
     finally:
@@ -57,6 +64,4 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.relu(x)
-        _SHARED[:8] = struct.pack("d", time.monotonic())
-        return out
+        return torch.relu(x)
