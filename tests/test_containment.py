@@ -250,3 +250,17 @@ def test_a_verdict_names_the_kernel_group_that_held_the_candidate(monkeypatch):
     leftovers = [p for parent in mechanism.parents.values()
                  for p in parent.glob(f"kernelopt-{os.getpid()}-*")]
     assert leftovers == []  # the workers' groups went with them
+
+
+def test_a_group_no_process_can_enter_is_no_mechanism(monkeypatch):
+    """detect() moves a real process into a trial group: where the kernel refuses (a v2 group
+    that cannot hold processes, say), the host falls back and says why, instead of every worker
+    failing to start."""
+    monkeypatch.delenv(containment.ENV_VAR, raising=False)
+    if containment.detect().name == "none":
+        pytest.skip("no cgroup is writable here")
+    refused = ["/bin/sh", "-c", "echo 'write error: Operation not supported' >&2; exit 125", "kernelopt-enter"]
+    monkeypatch.setattr(containment.Group, "launcher", lambda self: refused)
+    found = containment.detect()
+    assert found.name == "none" and "could not enter a new group" in found.reason
+    assert "Operation not supported" in found.reason

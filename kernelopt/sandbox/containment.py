@@ -30,6 +30,7 @@ import functools
 import itertools
 import os
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -98,6 +99,10 @@ def detect(choice: str | None = None) -> Mechanism:
         if choice not in ("auto", name):
             continue
         found, why = probe()
+        if found is not None:
+            failure = _trial(found)
+            if failure:
+                found, why = None, failure
         if found is not None:
             return Mechanism(found.name, found.parents, found.memory, "; ".join(reasons + ([why] if why else [])))
         reasons.append(f"{name}: {why}")
@@ -201,6 +206,23 @@ def _probe_v1() -> tuple[Mechanism | None, str]:
     memory = "memory" in parents
     why = "" if memory else "no writable v1 memory hierarchy: memory is enforced by the host's watchdog"
     return Mechanism("cgroup1", parents, memory), why
+
+
+def _trial(mechanism: Mechanism) -> str:
+    """Why a process cannot enter a group of `mechanism` through the launcher ("" when it can)."""
+    try:
+        group = Group(mechanism)
+    except ContainmentError as exc:
+        return str(exc)
+    try:
+        done = subprocess.run(group.launcher() + ["true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"a process could not enter a new group: {exc}"
+    finally:
+        group.remove()
+    if done.returncode != 0:
+        return f"a process could not enter a new group: {done.stderr.strip()[-300:]}"
+    return ""
 
 
 def _try_create(parent: Path) -> Path | str:
