@@ -264,3 +264,5 @@ def test_a_group_no_process_can_enter_is_no_mechanism(monkeypatch):
     found = containment.detect()
     assert found.name == "none" and "could not enter a new group" in found.reason
     assert "Operation not supported" in found.reason
+    with pytest.raises(containment.ContainmentError, match="required.*Operation not supported"):
+        containment.detect("required")  # refused, not judged uncontained

@@ -8,7 +8,8 @@ process that changed its group or session. The kernel lists every member and eve
 freezes them all at once, sums the CPU time of all of them (those that exited included) and
 kills them all.
 
-Mechanisms, strongest first (`detect`; KERNELOPT_CONTAINMENT=auto|cgroup2|cgroup1|none forces one):
+Mechanisms, strongest first (`detect`; KERNELOPT_CONTAINMENT=auto|cgroup2|cgroup1|none forces one,
+`required` is auto that refuses to judge where there is none):
 
 cgroup2  a writable cgroup v2 hierarchy (pure v2 at /sys/fs/cgroup, or hybrid's
          /sys/fs/cgroup/unified): cgroup.freeze, cgroup.kill, cpu.stat's usage_usec and
@@ -41,7 +42,7 @@ from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.process_tree import resident_bytes
 
 MECHANISMS = ("cgroup2", "cgroup1", "none")
-CHOICES = ("auto", *MECHANISMS)
+CHOICES = ("auto", "required", *MECHANISMS)  # required: auto, and refuse to judge where it finds none
 ENV_VAR = "KERNELOPT_CONTAINMENT"
 FREEZE_TIMEOUT_S = 5.0
 _V1_CONTROLLERS = ("freezer", "cpuacct", "memory")
@@ -96,7 +97,7 @@ def detect(choice: str | None = None) -> Mechanism:
         return Mechanism("none", reason=f"containment turned off ({ENV_VAR}=none)")
     reasons = []
     for name, probe in (("cgroup2", _probe_v2), ("cgroup1", _probe_v1)):
-        if choice not in ("auto", name):
+        if choice not in ("auto", "required", name):
             continue
         found, why = probe()
         if found is not None:
@@ -108,6 +109,9 @@ def detect(choice: str | None = None) -> Mechanism:
         reasons.append(f"{name}: {why}")
         if choice == name:
             raise ContainmentError(f"{ENV_VAR}={name} is not usable here: {why}")
+    if choice == "required":
+        raise ContainmentError(f"{ENV_VAR}=required, and no kernel-enforced group is possible here: "
+                               + "; ".join(reasons))
     return Mechanism("none", reason="; ".join(reasons))
 
 
