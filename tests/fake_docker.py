@@ -12,10 +12,12 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from kernelopt.sandbox import containers
@@ -44,6 +46,7 @@ class FakeContainer:
         self._host_side, self._container_side = socket.socketpair()
         self._send_lock = threading.Lock()  # stdout and stderr frames must not interleave
         self.removed = False
+        self.pauses = 0
 
     # -- the SDK's container API --
     def start(self):
@@ -67,6 +70,18 @@ class FakeContainer:
         if self.process is not None and self.process.poll() is not None:
             code = self.process.returncode
             self.attrs["State"].update(Status="exited", ExitCode=128 - code if code < 0 else code)
+
+    def pause(self):  # the daemon freezes the container's cgroup; here, its process group
+        self.pauses += 1
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def unpause(self):
+        os.killpg(self.process.pid, signal.SIGCONT)
+
+    def stats(self, stream=True, one_shot=False):  # the container's CPU time in ns; here, its process's
+        assert stream is False and one_shot is True
+        usage = time.clock_gettime_ns((~self.process.pid << 3) | 2)
+        return {"cpu_stats": {"cpu_usage": {"total_usage": usage}}}
 
     def remove(self, force=False):
         if self.process is not None and self.process.poll() is None:

@@ -163,6 +163,9 @@ def test_an_evaluation_runs_each_worker_in_its_own_container(fake_daemon, exampl
     assert len(fake_daemon.created) == 2, "one container for the reference, one for the candidate"
     assert all(c.removed for c in fake_daemon.created), "no container outlives its evaluation"
     assert all(c.config["network_mode"] == "none" for c in fake_daemon.created)
+    # The container is the worker's group: paused by its daemon during the other side's turn.
+    assert result.isolation.containment == "docker" and "uncontained" not in result.flags
+    assert all(c.pauses > 0 for c in fake_daemon.created), "each side is paused during the other's turn"
 
 
 @pytest.mark.parametrize("case", ["hacks/io_steal_stdin.py", "hacks/io_stdout_flood.py",

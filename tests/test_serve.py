@@ -100,7 +100,8 @@ def test_concurrent_requests_for_one_problem_each_get_their_own_verdict_from_one
         precision = answer["timing"]["speedup_precision"]
         assert low == pytest.approx(max(0.0, answer["speedup"] * (1 - precision)))
         assert high == pytest.approx(answer["speedup"] * (1 + precision))
-        assert answer["interval_too_wide"] is False and answer["flags"] == []
+        # `uncontained` says the machine has no writable cgroup (docs/referee.md "Containment"), not the candidate
+        assert answer["interval_too_wide"] is False and set(answer["flags"]) <= {"uncontained"}
     assert wrong["speedup_interval"] is None and wrong["interval_too_wide"] is False
     assert wrong["status"] == "incorrect" and wrong["correct"] is False and wrong["speedup"] is None
     assert wrong["reward"] == -0.5 and wrong["reward_spec"].startswith("binary:")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.sandbox import isolation, scratch
+from kernelopt.sandbox import containment, isolation, scratch
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.device import default_memory_limit, device_model, resolve_device
 from kernelopt.sandbox.hardware import Hardware
@@ -84,6 +84,8 @@ class Evaluator:
             from kernelopt.sandbox import containers
 
             containers.connect(self.backend.image, self.device)  # raises DockerError saying what to fix
+        else:
+            containment.current()  # raises ContainmentError for a KERNELOPT_CONTAINMENT that cannot work here
         self.workers_used: list[WorkersUsed] = []
         self._seeds = _SeedPlan(self.options, trials=self.options.correctness_trials)
         self._expected: ReferenceTrials | None = None

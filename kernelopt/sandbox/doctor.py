@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kernelopt.sandbox import isolation
+from kernelopt.sandbox import containment, isolation
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Report:
     gpus: list[dict] = field(default_factory=list)
     default_backend: str = ""
     default_device: str = "cpu"
+    containment: str = ""
     versions: dict = field(default_factory=dict)
 
     @property
@@ -43,6 +44,7 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"ok": self.ok, "default_backend": self.default_backend, "default_device": self.default_device,
+                "containment": self.containment,
                 "gpus": self.gpus, "versions": self.versions, "checks": [asdict(c) for c in self.checks]}
 
 
@@ -57,6 +59,7 @@ def diagnose() -> Report:
     report.checks.append(_check_compiler())
     report.checks.append(_check_allocator())
     report.checks.extend(_check_backends(report))
+    report.checks.append(_check_containment(report))
     report.checks.append(_check_build_cache(torch_cuda))
     report.checks.extend(_check_kernel_languages(report, torch_cuda))
     report.checks.append(_check_nsight_compute(report))
@@ -280,6 +283,23 @@ def _check_backends(report: Report) -> list[Check]:
     return checks
 
 
+def _check_containment(report: Report) -> Check:
+    """The kernel-enforced group each worker runs in (containment.py), probed by making one."""
+    try:
+        mechanism = containment.detect()
+    except containment.ContainmentError as exc:
+        report.containment = "none"
+        return Check("containment", False, str(exc), f"unset {containment.ENV_VAR}, or set it to auto")
+    report.containment = mechanism.name
+    why = f" ({mechanism.reason})" if mechanism.reason else ""
+    if mechanism.name == "none":
+        return Check("containment", False, f"none: the host walks each worker's process tree, which a detached "
+                     f"process escapes; every verdict is flagged uncontained{why}",
+                     "run as root, or delegate a writable cgroup v2 subtree to this user (systemd-run --user "
+                     "--scope -p Delegate=yes ...)")
+    return Check("containment", True, f"{mechanism.name}: {mechanism.description}{why}")
+
+
 def _check_docker(device: str) -> Check:
     """The container backend: SDK, daemon, the sandbox image and its protocol, the GPU runtime."""
     from kernelopt.sandbox import containers
@@ -322,5 +342,6 @@ def render(report: Report) -> str:
         lines.append(f"[{mark}] {check.name:<20} {check.detail}")
         if not check.ok and check.fix:
             lines.append(f"      {'':<20} fix: {check.fix}")
-    lines.append(f"default device: {report.default_device}; default sandbox: {report.default_backend}")
+    lines.append(f"default device: {report.default_device}; default sandbox: {report.default_backend}; "
+                 f"containment: {report.containment or 'none'}")
     return "\n".join(lines)

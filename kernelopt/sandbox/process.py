@@ -1,9 +1,12 @@
 """A worker process as the host sees it: start, request/reply with deadlines, kill.
 
-The worker runs in its own session so the whole process tree can be killed; a watchdog thread
-sums the resident memory of that tree and kills it past the limit (an address-space rlimit
-would break CUDA, which reserves large virtual ranges). Replies come over a dedicated pipe;
-whatever the program prints goes to a log file the host reads back, size-capped.
+The worker enters a kernel-enforced group before it execs its sandbox (containment.py: a cgroup
+per worker where the machine offers one, else the degraded walk of its process tree), so the
+host finds, freezes, charges and kills everything it starts however it detaches. A watchdog
+thread sums the resident memory of the group and kills it past the limit (an address-space
+rlimit would break CUDA, which reserves large virtual ranges); where a memory controller covers
+the group, the kernel's limit backs it. Replies come over a dedicated pipe; whatever the program
+prints goes to a log file the host reads back, size-capped.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from kernelopt.sandbox import isolation
+from kernelopt.sandbox import containment, isolation, process_tree
 from kernelopt.sandbox.worker import commands, wire
 
 _SANDBOX_DIR = Path(__file__).resolve().parent  # holds the `worker` package
@@ -30,6 +33,9 @@ LOG_TAIL_BYTES = 16 << 10
 _WATCH_INTERVAL_S = 0.05
 INPUT_SLOT_BYTES = 4 << 30  # sparse: memory is used only as far as one call's inputs reach
 PLACEMENT_WINDOW_BYTES = 32 << 20  # written once up front: where a round's inputs may start
+# The kernel's memory limit of a worker's group, where a memory controller covers it: a backstop
+# above the watchdog's (it also counts page cache), against allocations faster than its interval.
+KERNEL_MEMORY_MARGIN = 1.125
 
 
 class WorkerDied(RuntimeError):
@@ -62,20 +68,30 @@ class WorkerProcess:
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
         # A container gets no descriptors beyond its attached streams: inputs then travel in frames.
         self.inputs = None if backend.name == "docker" else InputSlot(role)
+        self.contained: containment.Group | process_tree.TreeWalk
         if backend.name == "docker":
             self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
                                             cmd_read, out_write, self.log_path)
+            self.contained = process_tree.ContainerWalk(self.process.container)
+            self.contained.attach(self.process.pid)
         else:
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
             fds = (cmd_read, out_write, self.inputs.fd)
             command = [sys.executable, "-E", "-s", "-c", boot, "--role", role,
                        "--cmd-fd", str(cmd_read), "--out-fd", str(out_write), "--inputs-fd", str(self.inputs.fd)]
             command = isolation.wrap_command(backend, command, scratch, device, fds)
-            with open(self.log_path, "wb") as log:
-                self.process = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    pass_fds=fds, cwd=scratch, start_new_session=True, env=environment,
-                )
+            self.contained = containment.for_worker(containment.current())
+            self.contained.limit_memory(int(memory_limit * KERNEL_MEMORY_MARGIN))
+            try:
+                with open(self.log_path, "wb") as log:
+                    self.process = subprocess.Popen(
+                        self.contained.launcher() + command, stdin=subprocess.DEVNULL, stdout=log,
+                        stderr=subprocess.STDOUT, pass_fds=fds, cwd=scratch, start_new_session=True, env=environment,
+                    )
+            except BaseException:
+                self.contained.remove()
+                raise
+            self.contained.attach(self.process.pid)
         os.close(cmd_read)
         os.close(out_write)
         os.set_blocking(self._cmd_write, False)  # sends wait with a deadline (see send)
@@ -125,7 +141,8 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.process.wait()
-        if self.memory_exceeded:
+        if self.memory_exceeded or self.contained.oom_killed():
+            self.memory_exceeded = True
             return WorkerDied(f"{self.role} worker exceeded the memory limit of "
                               f"{self.memory_limit / 2**30:.2f} GiB and was killed", True)
         if code < 0:
@@ -133,76 +150,76 @@ class WorkerProcess:
             return WorkerDied(f"{self.role} worker was killed by signal {name}")
         return WorkerDied(f"{self.role} worker exited with code {code}")
 
+    @property
+    def containment_kind(self) -> str:
+        """What contains this worker's processes: cgroup2, cgroup1, none (the tree walk), or
+        docker (the container's own cgroup)."""
+        return self.contained.kind
+
+    @property
+    def containment_record(self) -> str:
+        """The same, with why no stronger mechanism is used, for the verdict's isolation record."""
+        return self.contained.record()
+
+    @property
+    def kernel_memory_limit(self) -> bool:
+        """Whether the kernel's memory limit covers the worker's group."""
+        return isinstance(self.contained, containment.Group) and self.contained.mechanism.memory
+
     def record_baseline(self) -> None:
         """Call once the worker said hello: the processes of the sandbox (bwrap, the worker)
-        and the worker's threads at that point are the harness's own."""
-        tree = self._live_tree()
-        self.worker_pid = _leaf_of_chain(self.process.pid)
-        self.baseline_processes = len(tree)
+        and the threads of the group at that point are the harness's own."""
+        self.worker_pid = process_tree.leaf_of_chain(self.process.pid)
+        if isinstance(self.contained, process_tree.TreeWalk):
+            self.contained.worker_pid = self.worker_pid
+        self.baseline_processes = len(self._members())
         self.baseline_threads = self.thread_count()
 
+    def _members(self) -> list[int]:
+        return self.contained.members()
+
     def extra_processes(self) -> int:
-        """Processes in the sandbox beyond the harness's own, seen from the host, so a
-        candidate cannot hide them (daemonized grandchildren included: in a PID namespace they
-        are reparented to its init, which stays in the tree)."""
-        return len(self._live_tree()) - self.baseline_processes
+        """Processes in the worker's group beyond the harness's own, read by the host from the
+        kernel, so a candidate cannot hide them (a process whose leader thread exited, a double
+        fork into a new session: members all the same)."""
+        return len(self._members()) - self.baseline_processes
 
     def thread_growth(self) -> int:
         return self.thread_count() - self.baseline_threads
 
     def thread_count(self) -> int:
-        try:
-            return len(os.listdir(f"/proc/{self.worker_pid}/task"))
-        except (OSError, AttributeError):
-            return 0
+        """Live threads of every process in the group."""
+        return len(self.contained.threads())
 
     def thread_names(self) -> list[str]:
-        """The worker's thread names (/proc's comm), for messages: a driver's thread is named."""
+        """The group's thread names (/proc's comm), for messages: a driver's thread is named."""
         names = []
-        try:
-            for tid in os.listdir(f"/proc/{self.worker_pid}/task"):
-                with open(f"/proc/{self.worker_pid}/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
+        for tid in self.contained.threads():
+            try:
+                with open(f"/proc/{tid}/comm", encoding="utf-8", errors="replace") as f:
                     names.append(f.read().strip())
-        except (OSError, AttributeError):
-            pass
+            except OSError:
+                pass
         return names
 
     def cpu_seconds(self) -> float | None:
-        """The CPU time the worker process has used so far, all its threads together, those
-        that have exited included (the kernel's CPU clock of the process, read from the host,
-        in nanoseconds' precision). None where the host cannot read it (a container)."""
-        pid = getattr(self, "worker_pid", None)
-        if pid is None or not isinstance(self.process, subprocess.Popen):
+        """The CPU time the worker's group has used so far, every process and thread together,
+        those that have exited included (the kernel's accounting, read from the host). Under the
+        degraded tree walk: the worker process's CPU clock alone; a container's from its
+        daemon's stats. None where it cannot be read."""
+        if getattr(self, "worker_pid", None) is None:
             return None
-        try:
-            return time.clock_gettime(_process_cpu_clock(pid))
-        except OSError:
-            return None
+        return self.contained.cpu_seconds()
 
     def freeze(self) -> None:
-        """Stop every process of this worker's sandbox (SIGSTOP cannot be caught, blocked or
-        ignored; it stops all of a process's threads), so that none of its code runs, not even
-        a signal handler in the main thread, while the other worker is timed. Containers are
-        not frozen (their processes are not the host's to signal); their census still runs."""
-        if not isinstance(self.process, subprocess.Popen):
-            return
-        self._frozen = self._live_tree()
-        for pid in self._frozen:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
+        """Stop every thread of every process of this worker's group at once (the kernel's
+        freezer; SIGSTOP per process under the tree walk), so that none of its code runs, not
+        even a signal handler, while the other worker is timed (a container: paused by its
+        daemon)."""
+        self.contained.freeze()
 
     def thaw(self) -> None:
-        for pid in getattr(self, "_frozen", ()):
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        self._frozen = []
-
-    def _live_tree(self) -> list[int]:
-        return [pid for pid in [self.process.pid, *_descendants(self.process.pid)] if not _is_zombie(pid)]
+        self.contained.thaw()
 
     def log_tail(self) -> str:
         try:
@@ -230,31 +247,26 @@ class WorkerProcess:
                 pass
         if self.inputs is not None:
             self.inputs.close()
+        self.contained.remove()
 
     def kill(self) -> None:
+        """Kill everything in the worker's group (a container: removed with what is left in it)."""
         self._stop_watch.set()
-        for pid in [self.process.pid, *_descendants(self.process.pid)]:
-            try:
-                os.killpg(pid, signal.SIGKILL)  # the session the worker (or a child) leads
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        self.contained.kill()
         if not isinstance(self.process, subprocess.Popen):
-            self.process.kill()  # a container: removed with whatever is left in it
+            self.process.kill()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
 
     def _watch_memory(self) -> None:
+        """The group's resident memory, every member's (a detached process's included); a
+        container's: its process tree's (its own limit holds it too)."""
         while not self._stop_watch.wait(_WATCH_INTERVAL_S):
-            if self.process.poll() is not None:
+            if self.process.poll() is not None and not self._members():
                 return
-            used = sum(_rss_bytes(pid) for pid in [self.process.pid, *_descendants(self.process.pid)])
-            if used > self.memory_limit:
+            if self.contained.memory_bytes() > self.memory_limit:
                 self.memory_exceeded = True
                 self.kill()
                 return
@@ -318,90 +330,3 @@ def _device_environment(device: str) -> dict[str, str]:
     if device.startswith("cuda") or "TORCH_CUDA_ARCH_LIST" in os.environ:
         return {}
     return {"TORCH_CUDA_ARCH_LIST": isolation.DEFAULT_CUDA_ARCH_LIST_WITHOUT_GPU}
-
-
-def _process_cpu_clock(pid: int) -> int:
-    """The clock id of another process's CPU clock, as Linux's clock_getcpuclockid(3) makes it
-    (CPUCLOCK_SCHED for the whole process: (~pid << 3) | 2); Python has no binding for it."""
-    return (~pid << 3) | 2
-
-
-def _descendants(root: int) -> list[int]:
-    """All processes below `root`. Reads the kernel's per-thread children lists (cheap: cost
-    follows the tree, not the machine); scans /proc where those lists are unavailable."""
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        children = _children(pid)
-        if children is None:
-            return _descendants_by_scan(root)
-        found.extend(children)
-        stack.extend(children)
-    return found
-
-
-def _children(pid: int) -> list[int] | None:
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return []  # the process is gone
-    except OSError:
-        return None
-    children = []
-    for tid in threads:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
-                children.extend(int(c) for c in handle.read().split())
-        except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
-                continue  # the thread ended meanwhile
-            return None  # a kernel without children lists
-        except (OSError, ValueError):
-            continue
-    return children
-
-
-def _descendants_by_scan(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
-            ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, stack = [], [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
-def _leaf_of_chain(pid: int) -> int:
-    """The worker process: the end of the single-child chain bwrap/unshare start."""
-    while True:
-        children = _children(pid) or []
-        if len(children) != 1:
-            return pid
-        pid = children[0]
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read().decode(errors="replace")
-        return stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True  # gone
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0

@@ -23,7 +23,7 @@ Flag = Literal[
     "patched_runtime", "python_threads", "native_threads", "child_processes", "output_not_plain_tensor",
     "output_aliases_input", "input_mutation", "inputs_differ", "inconsistent_outputs", "reduced_precision",
     "memory_limit", "custom_kernel_unused", "timing_inconsistent", "output_ignores_input", "protocol_violation",
-    "harness_object_not_plain", "violation",
+    "harness_object_not_plain", "violation", "uncontained",
 ]
 FLAGS: frozenset[str] = frozenset(get_args(Flag))
 
@@ -171,6 +171,11 @@ class Isolation(BaseModel):
     environment_scrubbed: bool = True
     memory_limit_bytes: int
     memory_limit_mechanism: str
+    containment: str = Field(
+        "", description="what held every process and thread of the candidate's worker: cgroup2, cgroup1 (a "
+                        "kernel-enforced group: frozen, charged and killed whole), docker (the container's "
+                        "cgroup), or none (the host walked the process tree; the verdict is flagged uncontained)")
+    containment_detail: str = Field("", description="the mechanism, and why no stronger one is used here")
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -297,7 +302,8 @@ class EvalResult(BaseModel):
         if self.flags:
             parts.append("flags: " + ", ".join(self.flags))
         if self.isolation is not None:
-            parts.append(f"isolation: {self.isolation.backend}")
+            held = f", containment: {self.isolation.containment}" if self.isolation.containment else ""
+            parts.append(f"isolation: {self.isolation.backend}{held}")
             parts.extend(f"warning: {w}" for w in self.isolation.warnings)
         parts.extend(f"warning: {w}" for w in self.warnings)
         return "\n".join(parts)

@@ -298,6 +298,9 @@ class CandidateSession:
             changed if isinstance(changed, list) else [])
         found = self.findings.verdicts + ([verdict] if verdict is not None else [])
         found += [v for v in [rules.custom_kernel_unused(label_flags)] if v is not None]
+        if self.candidate is not None:
+            found += [v for v in [rules.uncontained(self.candidate.containment_kind,
+                                                    self.candidate.containment_record)] if v is not None]
         all_flags = list(dict.fromkeys(flag for v in found for flag in v.flags))
         fired = list(dict.fromkeys(v.rule for v in found))
         timing = self.timing if status == "correct" else None
@@ -315,12 +318,17 @@ class CandidateSession:
         )
 
     def _isolation(self) -> Isolation:
-        b = self.backend
+        b, worker = self.backend, self.candidate
+        kind = worker.containment_kind if worker is not None else ("docker" if b.name == "docker" else "")
+        held = "process tree" if kind == "none" else "group"
         return Isolation(backend=b.name, network_isolated=b.network_isolated,
                          filesystem_confined=b.filesystem_confined, pid_namespace=b.pid_namespace,
                          memory_limit_bytes=self.memory_limit,
-                         memory_limit_mechanism="host watchdog on the resident memory of the worker's process tree"
-                         + (", and the container's memory limit" if b.name == "docker" else ""),
+                         memory_limit_mechanism=f"host watchdog on the resident memory of the worker's {held}"
+                         + (", and the container's memory limit" if b.name == "docker" else "")
+                         + (", backed by the kernel's memory limit of the group"
+                            if worker is not None and worker.kernel_memory_limit else ""),
+                         containment=kind, containment_detail=worker.containment_record if worker is not None else "",
                          warnings=list(b.warnings))
 
     def close(self) -> None:

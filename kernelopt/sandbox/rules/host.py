@@ -96,6 +96,19 @@ def parallel_cpu_time(cand: SideRound, ref: SideRound, device: str) -> Verdict |
         "work in the calling thread"), device)
 
 
+@rule("uncontained", status=FLAGGED, flag="uncontained",
+      family="helper processes the host cannot see (an exited leader thread, a double fork) where no "
+             "kernel-enforced group holds the worker")
+def uncontained(containment: str, detail: str) -> Verdict | None:
+    """No kernel-enforced group held the candidate's processes: the host walked its process tree, which a detached process escapes."""
+    if containment != "none":
+        return None
+    return make_verdict("uncontained", "no kernel-enforced group held the candidate's processes (containment "
+                        f"{detail}): a process whose leader thread exited, or one reparented out of the worker's "
+                        "tree, escapes the census, the freeze, the CPU time and the memory watchdog; run as root, "
+                        "or delegate a cgroup v2 subtree to this user (docs/referee.md, 'Containment')")
+
+
 def _more_threads(name: str, message: Callable[[], str], device: str) -> Verdict:
     """Threads beyond the reference's: flagged, and rejected on a CPU, where each side gets one
     thread (on CUDA the driver starts threads of its own, lazily, and they work beside the calls)."""

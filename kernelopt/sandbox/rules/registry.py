@@ -78,6 +78,8 @@ NO_CORPUS_EXAMPLE: dict[str, str] = {
                                "timed_fingerprints before the sampled comparison",
     "wall_clock_gap": "a gross gap must show twice; the corpus's forged timers are charged or rejected "
                       "depending on the host's load (whitebox_shrink_timer_instance expects either)",
+    "uncontained": "the machine's property, not the candidate's: tests/test_containment.py forces "
+                   "KERNELOPT_CONTAINMENT=none and checks that the verdict is flagged",
     "memory_limit": "the memory hogs end as memory_limit or as a worker death, by which the allocator hits first",
 }
 
