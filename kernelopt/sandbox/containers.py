@@ -197,11 +197,11 @@ class ContainerProcess:
         import subprocess
 
         end = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if end is not None and time.monotonic() > end:
+        while (code := self.poll()) is None:
+            if timeout is not None and end is not None and time.monotonic() > end:
                 raise subprocess.TimeoutExpired("docker container", timeout)
             time.sleep(0.05)
-        return self.returncode
+        return code
 
     def kill(self) -> None:
         try:

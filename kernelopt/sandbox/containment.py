@@ -95,7 +95,7 @@ def detect(choice: str | None = None) -> Mechanism:
         raise ContainmentError(f"{ENV_VAR}={choice!r}: choose one of {', '.join(CHOICES)}")
     if choice == "none":
         return Mechanism("none", reason=f"containment turned off ({ENV_VAR}=none)")
-    reasons = []
+    reasons: list[str] = []
     for name, probe in (("cgroup2", _probe_v2), ("cgroup1", _probe_v1)):
         if choice not in ("auto", "required", name):
             continue
@@ -138,7 +138,7 @@ def for_worker(mechanism: Mechanism) -> Group | process_tree.TreeWalk:
 
 def _mounts() -> list[tuple[str, Path, set[str]]]:
     """(fstype, mount point, super options) of every cgroup mount, from /proc/self/mountinfo."""
-    found = []
+    found: list[tuple[str, Path, set[str]]] = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
@@ -154,7 +154,7 @@ def _mounts() -> list[tuple[str, Path, set[str]]]:
 
 def _own_cgroups() -> dict[str, str]:
     """The host's own cgroup per hierarchy ("" for v2's, else each controller name)."""
-    own = {}
+    own: dict[str, str] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -190,7 +190,7 @@ def _probe_v2() -> tuple[Mechanism | None, str]:
 
 def _probe_v1() -> tuple[Mechanism | None, str]:
     own = _own_cgroups()
-    points = {}
+    points: dict[str, Path] = {}
     for fstype, point, options in _mounts():
         for controller in _V1_CONTROLLERS:
             if fstype == "cgroup" and controller in options and controller in own:

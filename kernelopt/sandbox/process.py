@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
@@ -75,6 +76,7 @@ class WorkerProcess:
             self.contained = process_tree.ContainerWalk(self.process.container)
             self.contained.attach(self.process.pid)
         else:
+            assert self.inputs is not None  # every backend but docker has the slot
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
             fds = (cmd_read, out_write, self.inputs.fd)
             command = [sys.executable, "-E", "-s", "-c", boot, "--role", role,
@@ -99,7 +101,7 @@ class WorkerProcess:
         self._stop_watch = threading.Event()
         threading.Thread(target=self._watch_memory, daemon=True).start()
 
-    def send(self, message: dict, blobs: list[bytes] = (), deadline: float | None = None) -> None:
+    def send(self, message: dict, blobs: Sequence[bytes] = (), deadline: float | None = None) -> None:
         """Write a frame; a worker that stops reading (hung, or busy past `deadline`) is
         killed, as one that stops answering is."""
         try:
@@ -313,6 +315,8 @@ def _start_container(backend: isolation.Backend, role: str, scratch: Path, devic
 
     from kernelopt.sandbox import containers
 
+    if backend.image is None:
+        raise SandboxError("the docker backend has no sandbox image (select_backend sets one)")
     client = containers.connect(backend.image, device)
     uid, gid = containers.container_user()
     if os.getuid() == 0:

@@ -132,7 +132,7 @@ def children(pid: int) -> list[int] | None:
         return []  # the process is gone
     except OSError:
         return None
-    found = []
+    found: list[int] = []
     for tid in threads:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as handle:
