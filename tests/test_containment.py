@@ -266,3 +266,32 @@ def test_a_group_no_process_can_enter_is_no_mechanism(monkeypatch):
     assert "Operation not supported" in found.reason
     with pytest.raises(containment.ContainmentError, match="required.*Operation not supported"):
         containment.detect("required")  # refused, not judged uncontained
+
+
+@pytest.mark.parametrize("backend", ["unshare", "none"])
+def test_a_helper_that_writes_itself_out_of_the_group_stays_in_it_or_flags_the_verdict(backend):
+    """The group holds only as long as the worker cannot write the cgroup filesystem. Under
+    unshare the worker gets a fresh read-only /sys and no capabilities, so the helper that tries
+    to leave is still counted (child_processes); the none backend cannot keep it in, and says so
+    on every verdict (uncontained, with how it could leave)."""
+    from kernelopt.sandbox import isolation
+
+    if containment.detect().name == "none":
+        pytest.skip("no kernel group on this machine")
+    if not isolation.backend_works(backend):
+        pytest.skip(f"the {backend} backend does not work here")
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import EvalOptions, evaluate
+
+    source = (REPO / "tests" / "adversarial" / "hacks" / "helper_leaves_its_cgroup.py").read_text()
+    result = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), source,
+                      EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=backend))
+    if backend == "unshare":
+        assert result.status == "rejected" and result.flags == ["child_processes"], result.message
+        assert "uncontained" not in result.flags
+    else:
+        assert "uncontained" in result.flags and "escapable" in result.isolation.containment_detail
+        honest = (REPO / "tests" / "adversarial" / "honest" / "relu_exact_copy.py").read_text()
+        verdict = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), honest,
+                           EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=backend))
+        assert verdict.status == "correct" and "uncontained" in verdict.flags

@@ -262,11 +262,11 @@ def _check_backends(report: Report) -> list[Check]:
         "bubblewrap": "apt-get install bubblewrap, and allow unprivileged user namespaces "
                       "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
                       "kernel.apparmor_restrict_unprivileged_userns=0)",
-        "unshare": "needs util-linux's unshare and unprivileged user namespaces",
+        "unshare": "needs util-linux's unshare and setpriv, and unprivileged user namespaces",
     }
     protects = {
         "bubblewrap": "no network, read-only root, private /tmp, hidden homes, own PID namespace",
-        "unshare": "no network, own PID namespace; files not confined",
+        "unshare": "no network, own PID namespace, no capabilities, read-only /sys; files not confined",
     }
     for name, ok in works.items():
         detail = f"works: {protects[name]}" if ok else "does not work here"

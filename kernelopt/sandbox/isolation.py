@@ -206,9 +206,36 @@ def wrap_command(backend: Backend, command: list[str], scratch: Path, device: st
     if backend.name == "bubblewrap":
         return _bubblewrap_prefix(scratch, device, read_only) + ["--"] + command
     if backend.name == "unshare":
-        return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-                *_unshare_user_flags(), "--"] + command
+        return _unshare_prefix() + command
     return command
+
+
+def cgroup_escape(backend: Backend) -> str:
+    """Why a worker under `backend` could move its processes out of their kernel group (the
+    host's containment, sandbox/containment.py), or "" when it cannot: bubblewrap mounts the
+    root read-only in a user namespace, a container has its own cgroup namespace, and unshare's
+    worker gets a fresh read-only /sys and no capabilities (`_unshare_prefix`). A plain process
+    runs as the user that made the group, so it may write the group's files."""
+    if backend.name != "none":
+        return ""
+    return ("the none backend runs the worker as this user without namespaces, so it may write the cgroup "
+            "filesystem and move its processes out of their group")
+
+
+# The unshare worker's confinement of the cgroup filesystem: /sys becomes a fresh read-only sysfs,
+# which has no cgroup mounts under it, and the worker keeps no capabilities (bounding and
+# inheritable sets emptied, no new privileges), so it can neither write the host's cgroup files nor
+# mount a cgroup filesystem of its own: its processes stay in the group the host made for it. As
+# root the mount must work; in a user namespace (not root) /sys's cgroup files are not the
+# worker's to write anyway, so a refused mount is let pass.
+_CONFINE = ('mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys {then} '
+            'exec setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"')
+
+
+def _unshare_prefix() -> list[str]:
+    script = _CONFINE.format(then="&&" if os.geteuid() == 0 else "2>/dev/null;")
+    return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", *_unshare_user_flags(), "--",
+            "/bin/sh", "-c", script, "kernelopt-confine"]
 
 
 def _bubblewrap_prefix(scratch: Path, device: str, read_only: tuple[Path, ...] = ()) -> list[str]:
@@ -275,11 +302,9 @@ def _bubblewrap_works() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _unshare_works() -> bool:
-    if shutil.which("unshare") is None:
+    if shutil.which("unshare") is None or shutil.which("setpriv") is None:
         return False
-    probe = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-             *_unshare_user_flags(), "--", "true"]
-    return _succeeds(probe)
+    return _succeeds(_unshare_prefix() + ["true"])
 
 
 def _succeeds(command: list[str]) -> bool:

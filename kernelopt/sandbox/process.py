@@ -70,6 +70,7 @@ class WorkerProcess:
         # A container gets no descriptors beyond its attached streams: inputs then travel in frames.
         self.inputs = None if backend.name == "docker" else InputSlot(role)
         self.contained: containment.Group | process_tree.TreeWalk
+        self.cgroup_escape = ""  # how the worker could leave its group (isolation.cgroup_escape)
         if backend.name == "docker":
             self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
                                             cmd_read, out_write, self.log_path)
@@ -83,6 +84,8 @@ class WorkerProcess:
                        "--cmd-fd", str(cmd_read), "--out-fd", str(out_write), "--inputs-fd", str(self.inputs.fd)]
             command = isolation.wrap_command(backend, command, scratch, device, fds)
             self.contained = containment.for_worker(containment.current())
+            if isinstance(self.contained, containment.Group):
+                self.cgroup_escape = isolation.cgroup_escape(backend)
             self.contained.limit_memory(int(memory_limit * KERNEL_MEMORY_MARGIN))
             try:
                 with open(self.log_path, "wb") as log:
@@ -160,8 +163,10 @@ class WorkerProcess:
 
     @property
     def containment_record(self) -> str:
-        """The same, with why no stronger mechanism is used, for the verdict's isolation record."""
-        return self.contained.record()
+        """The same, with why no stronger mechanism is used (and how the worker could leave its
+        group, where the backend lets it), for the verdict's isolation record."""
+        record = self.contained.record()
+        return record + (f"; escapable: {self.cgroup_escape}" if self.cgroup_escape else "")
 
     @property
     def kernel_memory_limit(self) -> bool:

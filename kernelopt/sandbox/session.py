@@ -299,8 +299,8 @@ class CandidateSession:
         found = self.findings.verdicts + ([verdict] if verdict is not None else [])
         found += [v for v in [rules.custom_kernel_unused(label_flags)] if v is not None]
         if self.candidate is not None:
-            found += [v for v in [rules.uncontained(self.candidate.containment_kind,
-                                                    self.candidate.containment_record)] if v is not None]
+            found += [v for v in [rules.uncontained(self.candidate.containment_kind, self.candidate.containment_record,
+                                                    self.candidate.cgroup_escape)] if v is not None]
         all_flags = list(dict.fromkeys(flag for v in found for flag in v.flags))
         fired = list(dict.fromkeys(v.rule for v in found))
         timing = self.timing if status == "correct" else None

@@ -99,8 +99,12 @@ def parallel_cpu_time(cand: SideRound, ref: SideRound, device: str) -> Verdict |
 @rule("uncontained", status=FLAGGED, flag="uncontained",
       family="helper processes the host cannot see (an exited leader thread, a double fork) where no "
              "kernel-enforced group holds the worker")
-def uncontained(containment: str, detail: str) -> Verdict | None:
-    """No kernel-enforced group held the candidate's processes: the host walked its process tree, which a detached process escapes."""
+def uncontained(containment: str, detail: str, escape: str = "") -> Verdict | None:
+    """No kernel-enforced group held the candidate's processes (the host walked its process tree, which a detached process escapes), or the backend let the worker leave its group."""
+    if escape:
+        return make_verdict("uncontained", f"the candidate's worker could leave its kernel group ({escape}): a "
+                            "process it moves out escapes the census, the freeze, the CPU time and the memory "
+                            "watchdog; use the bubblewrap, unshare or docker backend (docs/referee.md, 'Containment')")
     if containment != "none":
         return None
     return make_verdict("uncontained", "no kernel-enforced group held the candidate's processes (containment "
