@@ -39,6 +39,7 @@ from pathlib import Path
 
 from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import isolation, scratch
+from kernelopt.sandbox.conversation import receive_answer
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.device import default_memory_limit, device_model, resolve_device
 from kernelopt.sandbox.hardware import Hardware
@@ -164,7 +165,7 @@ class Evaluator:
             records = []
             for input_set in input_sets(self.problem, seeds, reply, blobs):
                 worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, deadline)
-                answer = worker.receive(deadline)[0]
+                answer = receive_answer(worker, deadline)
                 self._check_ok(answer)
                 records.append(answer["record"])
             self._request_ok(worker, commands.report(), deadline)

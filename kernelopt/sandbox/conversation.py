@@ -147,6 +147,10 @@ class WorkerRun:
         self.sent = 0  # call frames sent
         self.answered = 0  # call replies read
         self.report = ""  # "", "sent", "read"
+        # Per call answered, on the host's clock (time.perf_counter, s): when it started, when it
+        # ended, and when its end mark arrived (timing/allowance.py; checked_marks).
+        self.marks: list[tuple[float, float, float]] = []
+        self.sent_at = 0.0  # the host's clock as it began handing over the last call's inputs
 
     def start(self) -> None:
         self.conversation.send(self.worker, commands.run(len(self.inputs), **self.flags))
@@ -154,11 +158,18 @@ class WorkerRun:
         self.started = True
 
     def send_call(self, at: int = 0) -> None:
+        self.sent_at = time.perf_counter()
         self.conversation.send_inputs(self.worker, self.inputs[self.sent], at)
         self.sent += 1
 
     def read_call(self) -> tuple[dict, list[bytes]]:
-        """A call's answer: its record, and its output blob when the run returns outputs."""
+        """A call's answer: its start and end marks (their arrival on the host's clock kept in
+        `marks`), then its record, and its output blob when the run returns outputs."""
+        start_mark, start_arrived = self._read_mark("start")
+        end_mark, end_arrived = self._read_mark("end")
+        self.conversation.send(self.worker, commands.marked())
+        self.marks.append(checked_marks(start_mark.get("t"), end_mark.get("t"), self.sent_at, start_arrived,
+                                        end_arrived))
         reply, blobs = self.conversation.receive(self.worker)
         self.answered += 1
         record = self.conversation.call_record(self.worker, reply)
@@ -167,6 +178,13 @@ class WorkerRun:
         if len(blobs) != 1:
             self.conversation.protocol_error(self.worker, "one output blob per call")
         return record, blobs
+
+    def _read_mark(self, which: str) -> tuple[dict, float]:
+        reply, _ = self.conversation.receive(self.worker)
+        arrived = time.perf_counter()
+        if reply.get("mark") != which:
+            self.conversation.protocol_error(self.worker, f"the call's {which} mark")
+        return reply, arrived
 
     def send_report(self) -> None:
         self.conversation.send(self.worker, commands.report())
@@ -188,13 +206,40 @@ class WorkerRun:
                 worker.send(commands.run(len(self.inputs), **self.flags), deadline=deadline)
                 worker.receive(deadline)
             for _ in range(self.sent - self.answered):
-                worker.receive(deadline)
+                receive_answer(worker, deadline)
             for input_set in self.inputs[self.sent:]:
                 worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, deadline)
-                worker.receive(deadline)
+                receive_answer(worker, deadline)
             if not self.report:
                 worker.send(commands.report(), deadline=deadline)
             if self.report != "read":
                 worker.receive(deadline)
         except (WorkerDied, WorkerTimeout):
             pass
+
+
+def checked_marks(start: object, end: object, sent_at: float, start_arrived: float,
+                  end_arrived: float) -> tuple[float, float, float]:
+    """A call's (start, end, end mark's arrival) on the host's clock (s), from the worker's
+    readings of the same monotonic clock as its marks left, each kept only where the host's own
+    clock allows it: the start between the host's hand-over of the inputs and the start mark's
+    arrival (else the hand-over, the earliest the call can have started), the end between that
+    start and the end mark's arrival (else the arrival, the latest it can have ended). A reading
+    outside its window was not taken when the mark says: a worker on another clock, or a clock
+    the program replaced. The start's reading leaves before any of the program's code runs; the
+    end's could be the program's (a replaced clock), so the end mark's arrival after it is
+    compared with the reference's too (timing/allowance.py)."""
+    began = start / 1e9 if type(start) is int and sent_at <= start / 1e9 <= start_arrived else sent_at
+    ended = end / 1e9 if type(end) is int and began <= end / 1e9 <= end_arrived else end_arrived
+    return began, ended, end_arrived
+
+
+def receive_answer(worker: WorkerProcess, deadline: float) -> dict:
+    """A call's answer read past its start and end marks, the end mark acknowledged (a failure
+    ends the marks early)."""
+    while True:
+        reply, _ = worker.receive(deadline)
+        if not (isinstance(reply, dict) and reply.get("ok") and "mark" in reply):
+            return reply
+        if reply["mark"] == "end":
+            worker.send(commands.marked(), deadline=deadline)

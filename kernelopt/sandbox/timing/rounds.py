@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from kernelopt.sandbox import census, compare, correctness, rules
 from kernelopt.sandbox.conversation import Conversation, WorkerRun
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
-from kernelopt.sandbox.records import InputSet, Round, SideRound, with_calls
+from kernelopt.sandbox.records import InputSet, Round, SideRound, per_call_gaps, with_calls
 from kernelopt.sandbox.results import Check, EvalOptions, Timing
 from kernelopt.sandbox.timing import allowance, stats
 from kernelopt.sandbox.timing.stop import DEADLINE_MARGIN_S, MIN_ROUNDS, StopRule
@@ -95,10 +95,24 @@ def timing_phase(timer: Timer, checks: list[Check]) -> Timing:
         # every time. Only the fresh measurement is kept, so behaving well in it alone gains
         # nothing.
         rounds = measured_rounds(timer, per_round, round_s)
+    # The host's clock decides: between each call's marks, a candidate timer that reports less
+    # than the host saw, past the noise floor the reference's own calls show, is charged the
+    # host's time (allowance.side_means) and flagged.
+    found = timer_gaps(rounds)
+    checks.append(Check(name="timer_agrees_with_host", passed=not found.beyond_floor, detail=found.detail()))
+    rules.enforce(rules.timer_disagrees_with_host(found), timer.findings)
     overheads = allowance.overheads(rounds)
     checks.append(Check(name="wall_clock_consistency", passed=not overheads.gross, detail=overheads.detail()))
     rules.enforce(rules.wall_clock_gap(overheads))
     return timing_result(rounds, per_round, timer.device)
+
+
+def timer_gaps(rounds: list[Round]) -> allowance.Gaps:
+    """The candidate's gaps between its calls' marks, and its end marks' delays, against the
+    reference's, in pairs."""
+    cand, ref = [c for c, _ in rounds], [r for _, r in rounds]
+    return allowance.gaps(per_call_gaps(cand), per_call_gaps(ref),
+                          [ms for side in cand for ms in side.arrival_ms], [ms for side in ref for ms in side.arrival_ms])
 
 
 def timing_result(rounds: list[Round], per_round: int, device: str) -> Timing:
@@ -114,13 +128,16 @@ def timing_result(rounds: list[Round], per_round: int, device: str) -> Timing:
     cand_ms, ref_ms = statistics.fmean(cand_means), statistics.fmean(ref_means)
     overheads = allowance.overheads(rounds)
     slack_c, slack_r = overheads.candidate_ms, overheads.reference_ms
+    found = timer_gaps(rounds)
     return Timing(method=method, reference=ref_stats, candidate=cand_stats, rounds=len(rounds),
                   calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                   candidate_host_bound_ms=cand_stats.mean_ms + slack_c - slack_r,
                   wall_speedup=(ref_stats.mean_ms + slack_r) / (cand_stats.mean_ms + slack_c),
                   speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device),
                   reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c,
-                  reference_charge_ms=ref_ms - ref_stats.mean_ms, candidate_charge_ms=cand_ms - cand_stats.mean_ms)
+                  reference_charge_ms=ref_ms - ref_stats.mean_ms, candidate_charge_ms=cand_ms - cand_stats.mean_ms,
+                  timer_gap_ms=found.difference_ms if found.calls else None,
+                  timer_gap_floor_ms=found.floor_ms if found.calls else None)
 
 
 def measured_rounds(timer: Timer, per_round: int, round_s: float) -> list[Round]:
@@ -194,13 +211,16 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
     for side, reply in ((sides[candidate], cand), (sides[reference], ref)):
         side.timer_ms = [c.ms for c in reply.calls[1:]]  # the loop's warm-up call is not timed
         side.host_ms = side.host_ms[1:]
+        side.marked_ms = side.marked_ms[1:]
+        side.arrival_ms = side.arrival_ms[1:]
     return sides[candidate], sides[reference]
 
 
 def timed_calls(run: WorkerRun, at: int) -> tuple[SideRound, list[dict]]:
     """The worker's calls of a round, one at a time, each bracketed by the host's clock from
     handing over its inputs to its answer (the output copied out and fingerprinted, the call's
-    record). Returns the host's times and the calls' records."""
+    record), and the call itself between its start and end marks. Returns the host's times and
+    the calls' records."""
     host_ms, records = [], []
     worker: WorkerProcess = run.worker
     cpu_before, turn_begin = worker.cpu_seconds(), time.perf_counter()
@@ -212,7 +232,10 @@ def timed_calls(run: WorkerRun, at: int) -> tuple[SideRound, list[dict]]:
         records.append(record)
     turn_s, cpu_after = time.perf_counter() - turn_begin, worker.cpu_seconds()
     cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
-    return SideRound(timer_ms=[], host_ms=host_ms, turn_s=turn_s, cpu_s=cpu_s), records
+    marked_ms = [(ended - began) * 1e3 for began, ended, _ in run.marks]
+    arrival_ms = [(arrived - ended) * 1e3 for _, ended, arrived in run.marks]
+    return SideRound(timer_ms=[], host_ms=host_ms, turn_s=turn_s, cpu_s=cpu_s, marked_ms=marked_ms,
+                     arrival_ms=arrival_ms), records
 
 
 def placement(inputs: list[InputSet], chooser: random.Random) -> int:

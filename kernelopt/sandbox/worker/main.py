@@ -39,6 +39,23 @@ _signal_mask = signal.pthread_sigmask
 _BLOCKABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 _PROGRAM_SIGNAL_MASK = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the mask the worker started with
 _timer_call = None  # measure.Timer.call, bound before the first program code runs
+
+
+def _marker(write, clock):
+    """Each call's start and end, told to the host as they happen, each with the monotonic
+    clock's reading as it leaves (docs/referee.md, "The host's clock decides"). The start's is
+    taken before any of the program's code runs and is in the pipe before it can: no frame
+    local, no global holds it. Both the writer and the clock are this closure's, bound before
+    any program code runs; the host checks each reading against its own clock."""
+    frame = b'{"ok":true,"mark":"%s","t":%d,"blobs":[]}\n'
+
+    def mark(out_fd: int, which: bytes) -> None:
+        write(out_fd, frame % (which, clock()))
+
+    return mark
+
+
+_mark = _marker(os.write, time.perf_counter_ns)
 _CUDA_ERROR_MARKERS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "unspecified launch failure")
 
@@ -270,12 +287,23 @@ class Worker:
 
         self._check_harness_objects(self.timer.harness_tensors(), "the timer's flush buffer")
         self._check_interception("before its call")
+        out_fd = self.out_fd
         try:
+            # The start mark leaves before any of the program's code runs, the end mark after
+            # it returned: the host's clock between the two is the call's time, whatever the
+            # worker's own timer below reports (which the program can reach).
+            _mark(out_fd, b"start")
             # Through the class, bound at import: a method shadowed on the instance is never called.
             with program_code():
                 output, event_ms, host_ms = _timer_call(self.timer, self.model, inputs)
+            _mark(out_fd, b"end")
         except BaseException as exc:
             raise self._run_failure(exc) from None
+        # The host reads its clock as the end mark arrives; until it says so, this worker waits
+        # rather than take the core its own next steps would otherwise keep from the host.
+        answer, _ = self.reader.read()
+        if answer.get("cmd") != commands.MARKED:
+            raise WorkerFailure("protocol", "expected the host's word that it read the end mark")
         self._check_interception("after its call returned")
         self._check_harness_objects(inputs, "the harness's list of the call's inputs")
         with _harness_only():
