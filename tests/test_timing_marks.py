@@ -112,3 +112,17 @@ def test_the_charge_makes_the_candidates_time_the_hosts_and_never_touches_the_re
     # Swapped: a reference whose gap is the larger is never charged, and the candidate is not either.
     cand_means, ref_means, _ = side_means(ref, forged, "cpu")
     assert statistics.fmean(ref_means) == pytest.approx(0.2) and statistics.fmean(cand_means) == pytest.approx(0.6)
+
+
+def test_once_the_timer_is_wrong_every_call_is_timed_by_the_host():
+    # A timer that reports 40 % of each call keeps 60 % of every call a busy host stretched if
+    # one constant were charged; the host's time is taken call by call instead.
+    rng = random.Random(7)
+    ref = [_side(0.6, 0.15, rng) for _ in range(8)]
+    stretched = [0.6 * (5.0 if k % 4 == 0 else 1.0) for k in range(8)]  # every fourth round preempted
+    forged = []
+    for true_ms in stretched:
+        marked = [true_ms + 0.15 + rng.gauss(0.0, 0.002) for _ in range(10)]
+        forged.append(SideRound(timer_ms=[0.4 * true_ms] * 10, host_ms=[m + 5.0 for m in marked], marked_ms=marked))
+    cand_means, _, _ = side_means(forged, ref, "cpu")
+    assert cand_means == pytest.approx(stretched, abs=0.01)

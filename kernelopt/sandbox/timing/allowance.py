@@ -22,7 +22,8 @@ clock sees every call twice:
   cent by which two processes' harness work differs, is charged (`charge`); a gross gap is
   rejected by the rule `wall_clock_gap` (sandbox/rules/) on `Overheads.gross`.
 
-The larger of the two charges is the candidate's. Nothing is ever added to the trusted
+Where the first says the timer is wrong, the candidate's time is the host's, call by call
+(`host_decides`), or its timer's with the second charge where that is more. Nothing is ever added to the trusted
 reference (its disturbed rounds are capped instead): noise may only lower a speedup.
 """
 
@@ -65,12 +66,13 @@ PROCESS_OVERHEAD_TOLERANCE = 0.05
 
 
 def robust_spread(values: list[float]) -> float:
-    """A standard deviation that a tail of outliers does not move: the interquartile range
-    over 1.349 (exact for a normal distribution)."""
+    """A standard deviation that outliers in up to half the values do not move (a mark the
+    host's process read late on a busy machine, a call preempted in the harness's steps around
+    it): the median absolute deviation times 1.4826 (exact for a normal distribution)."""
     if len(values) < 2:
         return 0.0
-    ordered = sorted(values)
-    return (percentile(ordered, 0.75) - percentile(ordered, 0.25)) / 1.349
+    centre = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - centre) for v in values)
 
 
 def gap_floor(reference: list[float]) -> float:
@@ -214,23 +216,38 @@ def capped_reference_means(means: list[float]) -> list[float]:
     return [min(mean, ceiling) for mean in means]
 
 
+def host_decides(cand: list[SideRound], ref: list[SideRound], timed_means: list[float]) -> list[float]:
+    """The candidate's mean ms per call, round by round: its timer's (`timed_means`, any charge
+    around the call included) while the host's clock between the calls' marks agrees with it;
+    once the gap is beyond the floor (`gaps`), the host's own time of every call, less the
+    reference's typical gap (the messaging both sides share), wherever that is more. Per call,
+    not one constant: a forged timer that reports a share of each call would otherwise keep
+    that share of every call a busy host stretched."""
+    cand_gaps, ref_gaps = per_call_gaps(cand), per_call_gaps(ref)
+    if not gaps(cand_gaps, ref_gaps).beyond_floor:
+        return timed_means
+    shared = statistics.median(ref_gaps)
+    return [max(timed, statistics.fmean(ms - shared for ms in side.marked_ms)) if side.marked_ms else timed
+            for side, timed in zip(cand, timed_means)]
+
+
 def side_means(cand: list[SideRound], ref: list[SideRound], device: str) -> tuple[list[float], list[float], str]:
     """Each side's mean ms per call, round by round, and how they were measured.
 
     Each worker's timer measures its calls (host perf_counter on a CPU; CUDA events after a
     device-wide synchronisation on a GPU), and the host's clock checks the candidate's twice
-    (the module's docstring): between each call's marks, where a gap beyond the reference's
-    noise floor is charged in full (gaps), and around every call, where overhead beyond the
-    reference's, past the noise and the few per cent by which two processes' harness work
-    differs, is charged (charge); the larger charge is added to the candidate's time. The
+    (the module's docstring): around every call, where overhead beyond the reference's, past
+    the noise and the few per cent by which two processes' harness work differs, is charged
+    (charge); and between each call's marks, where a gap beyond the reference's noise floor
+    makes the host's time the candidate's (host_decides). The
     reference runs trusted code, so its timer is never in doubt and nothing is added to it:
     noise may only ever lower a speedup. Its disturbed rounds are capped
     (capped_reference_means) for the same reason."""
     cand_over, ref_over = per_call_overheads(cand), per_call_overheads(ref)
-    cand_charge = max(charge(cand_over, ref_over), gaps(per_call_gaps(cand), per_call_gaps(ref)).charge_ms)
+    cand_charge = charge(cand_over, ref_over)
     clock = ("cuda events + device-wide synchronize, L2 flushed before each call" if device.startswith("cuda")
              else "host perf_counter per call")
-    return ([statistics.fmean(c.timer_ms) + cand_charge for c in cand],
+    return (host_decides(cand, ref, [statistics.fmean(c.timer_ms) + cand_charge for c in cand]),
             capped_reference_means([statistics.fmean(r.timer_ms) for r in ref]),
             clock + "; checked by the host's clock between each call's marks (a gap beyond the reference's noise "
                     "floor is charged in full) and around every call; disturbed reference rounds capped")
