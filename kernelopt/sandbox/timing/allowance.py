@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernelopt.sandbox.records import SideRound, per_call_gaps, per_call_overheads
@@ -153,8 +154,8 @@ class Gaps:
                 f"later after the end they read (not charged)")
 
 
-def gaps(cand_gaps: list[float], ref_gaps: list[float], cand_arrivals: list[float] = (),
-         ref_arrivals: list[float] = ()) -> Gaps:
+def gaps(cand_gaps: list[float], ref_gaps: list[float], cand_arrivals: Sequence[float] = (),
+         ref_arrivals: Sequence[float] = ()) -> Gaps:
     """The candidate's gaps (marked ms beyond its timer, per call) and end-mark arrivals
     against the reference's on the same inputs, in pairs; nothing measured is nothing charged."""
     return Gaps(timer=difference(cand_gaps, ref_gaps), arrival=difference(list(cand_arrivals), list(ref_arrivals)),
