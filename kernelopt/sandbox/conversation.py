@@ -148,8 +148,10 @@ class WorkerRun:
         self.answered = 0  # call replies read
         self.report = ""  # "", "sent", "read"
         # Per call answered, on the host's clock (time.perf_counter, s): when it started, when it
-        # ended, and when its end mark arrived (timing/allowance.py; checked_marks).
+        # ended, and when its end mark arrived (timing/allowance.py; checked_marks); and the
+        # worker process's CPU time between its marks (s; None where the host cannot read it).
         self.marks: list[tuple[float, float, float]] = []
+        self.cpu_s: list[float | None] = []
         self.sent_at = 0.0  # the host's clock as it began handing over the last call's inputs
 
     def start(self) -> None:
@@ -165,11 +167,15 @@ class WorkerRun:
     def read_call(self) -> tuple[dict, list[bytes]]:
         """A call's answer: its start and end marks (their arrival on the host's clock kept in
         `marks`), then its record, and its output blob when the run returns outputs."""
-        start_mark, start_arrived = self._read_mark("start")
-        end_mark, end_arrived = self._read_mark("end")
+        start_mark, start_arrived = self._read_mark(commands.MARK_START)
+        cpu_before = self.worker.cpu_seconds()  # the worker waits for our word: its CPU clock stands still
+        self.conversation.send(self.worker, commands.marked())
+        end_mark, end_arrived = self._read_mark(commands.MARK_END)
+        cpu_after = self.worker.cpu_seconds()
         self.conversation.send(self.worker, commands.marked())
         self.marks.append(checked_marks(start_mark.get("t"), end_mark.get("t"), self.sent_at, start_arrived,
                                         end_arrived))
+        self.cpu_s.append(cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
         reply, blobs = self.conversation.receive(self.worker)
         self.answered += 1
         record = self.conversation.call_record(self.worker, reply)
@@ -235,11 +241,10 @@ def checked_marks(start: object, end: object, sent_at: float, start_arrived: flo
 
 
 def receive_answer(worker: WorkerProcess, deadline: float) -> dict:
-    """A call's answer read past its start and end marks, the end mark acknowledged (a failure
-    ends the marks early)."""
+    """A call's answer read past its start and end marks, each acknowledged (a failure ends the
+    marks early)."""
     while True:
         reply, _ = worker.receive(deadline)
         if not (isinstance(reply, dict) and reply.get("ok") and "mark" in reply):
             return reply
-        if reply["mark"] == "end":
-            worker.send(commands.marked(), deadline=deadline)
+        worker.send(commands.marked(), deadline=deadline)

@@ -6,10 +6,12 @@ full; the verdicts come from the rules (sandbox/rules/).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kernelopt.sandbox import census, compare, correctness, rules
@@ -179,7 +181,7 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
             idle.freeze()  # nothing of the idle side runs during the other's turn
             try:
                 runs[worker].start()
-                sides[worker], records[worker] = timed_calls(runs[worker], at)
+                sides[worker], records[worker] = timed_calls(runs[worker], at, not timer.device.startswith("cuda"))
                 if worker is candidate:
                     # As the candidate's turn ends, not only at the round's report: a thread or
                     # process its calls left running could slow the reference's turn on the
@@ -216,7 +218,7 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
     return sides[candidate], sides[reference]
 
 
-def timed_calls(run: WorkerRun, at: int) -> tuple[SideRound, list[dict]]:
+def timed_calls(run: WorkerRun, at: int, cpu_clock: bool = True) -> tuple[SideRound, list[dict]]:
     """The worker's calls of a round, one at a time, each bracketed by the host's clock from
     handing over its inputs to its answer (the output copied out and fingerprinted, the call's
     record), and the call itself between its start and end marks. Returns the host's times and
@@ -224,18 +226,40 @@ def timed_calls(run: WorkerRun, at: int) -> tuple[SideRound, list[dict]]:
     host_ms, records = [], []
     worker: WorkerProcess = run.worker
     cpu_before, turn_begin = worker.cpu_seconds(), time.perf_counter()
-    for _ in run.inputs:
-        begin = time.perf_counter()
-        run.send_call(at)
-        record, _ = run.read_call()
-        host_ms.append((time.perf_counter() - begin) * 1e3)
-        records.append(record)
+    with prompt_host():
+        for _ in run.inputs:
+            begin = time.perf_counter()
+            run.send_call(at)
+            record, _ = run.read_call()
+            host_ms.append((time.perf_counter() - begin) * 1e3)
+            records.append(record)
     turn_s, cpu_after = time.perf_counter() - turn_begin, worker.cpu_seconds()
     cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
-    marked_ms = [(ended - began) * 1e3 for began, ended, _ in run.marks]
+    # The call's time on the host's clocks: the worker process's CPU time between its marks
+    # where the host reads it (a CPU call runs on this process's CPU; the kernel keeps that
+    # clock, and a busy host that reads a mark late does not move it), else the wall clock.
+    wall_ms = [(ended - began) * 1e3 for began, ended, _ in run.marks]
+    cpu_ms = [cpu * 1e3 for cpu in run.cpu_s if cpu is not None]
+    marked_ms = cpu_ms if cpu_clock and len(cpu_ms) == len(wall_ms) else wall_ms
     arrival_ms = [(arrived - ended) * 1e3 for _, ended, arrived in run.marks]
     return SideRound(timer_ms=[], host_ms=host_ms, turn_s=turn_s, cpu_s=cpu_s, marked_ms=marked_ms,
                      arrival_ms=arrival_ms), records
+
+
+# While a worker's calls are timed, the host's other Python threads (the memory watchdog, the
+# Evaluator's loader of the next candidate) hand the interpreter back within this many seconds
+# instead of the default 5 ms, so that the host reads each call's end mark as it arrives.
+TIMED_SWITCH_INTERVAL_S = 1e-4
+
+
+@contextlib.contextmanager
+def prompt_host() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, TIMED_SWITCH_INTERVAL_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def placement(inputs: list[InputSet], chooser: random.Random) -> int:

@@ -15,8 +15,8 @@ in the input slot or as the frame's blob.
     ping     a warm worker shows that it is in step with the host
     quit     the worker exits
     built    the host's answer to a candidate's build request (sent while it loads)
-    marked   the host read a call's end mark (each call's start and end marks precede its record:
-             the host's clock brackets the call; the worker waits for this before its own steps)
+    marked   the host read a call's start or end mark (each call's marks precede its record: the
+             host's clocks bracket the call; after each mark the worker waits for this)
 
 A failure reply carries "ok": false, one of FAILURE_KINDS and "error"; the host maps each kind
 through the referee's rules (sandbox/rules/).
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 LOAD, INPUTS, RUN, CALL, REPORT, FETCH, PROFILE, PING, QUIT, BUILT, MARKED = (
     "load", "inputs", "run", "call", "report", "fetch", "profile", "ping", "quit", "built", "marked")
+MARK_START, MARK_END = "start", "end"  # a call's marks, in this order, before its record
 # The commands a worker answers (quit ends it; built only answers a build request).
 COMMANDS = (LOAD, INPUTS, RUN, FETCH, PROFILE, PING)
 

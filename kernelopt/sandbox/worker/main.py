@@ -288,22 +288,20 @@ class Worker:
         self._check_harness_objects(self.timer.harness_tensors(), "the timer's flush buffer")
         self._check_interception("before its call")
         out_fd = self.out_fd
+        # The start mark leaves before any of the program's code runs, the end mark after it
+        # returned, and after each the worker waits until the host has read its clocks (this
+        # process's CPU clock among them): between the two is the call's time on the host's
+        # clocks, whatever the worker's own timer below reports (which the program can reach).
+        _mark(out_fd, b"start")
+        self._await_host()
         try:
-            # The start mark leaves before any of the program's code runs, the end mark after
-            # it returned: the host's clock between the two is the call's time, whatever the
-            # worker's own timer below reports (which the program can reach).
-            _mark(out_fd, b"start")
             # Through the class, bound at import: a method shadowed on the instance is never called.
             with program_code():
                 output, event_ms, host_ms = _timer_call(self.timer, self.model, inputs)
             _mark(out_fd, b"end")
         except BaseException as exc:
             raise self._run_failure(exc) from None
-        # The host reads its clock as the end mark arrives; until it says so, this worker waits
-        # rather than take the core its own next steps would otherwise keep from the host.
-        answer, _ = self.reader.read()
-        if answer.get("cmd") != commands.MARKED:
-            raise WorkerFailure("protocol", "expected the host's word that it read the end mark")
+        self._await_host()
         self._check_interception("after its call returned")
         self._check_harness_objects(inputs, "the harness's list of the call's inputs")
         with _harness_only():
@@ -316,6 +314,11 @@ class Worker:
             kept, taken = measure.copy_outputs(outputs)
             self.timer.drain()
         return event_ms, host_ms, kept, taken, aliased, shape
+
+    def _await_host(self) -> None:
+        answer, _ = self.reader.read()
+        if answer.get("cmd") != commands.MARKED:
+            raise WorkerFailure("protocol", "expected the host's word that it read the call's mark")
 
     def _check_harness_objects(self, obj, what: str) -> None:
         from . import measure
