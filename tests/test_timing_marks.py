@@ -45,6 +45,10 @@ def test_a_gap_beyond_the_floor_is_charged_in_full_and_flagged():
     assert (verdict.rule, verdict.status, verdict.flags) == ("timer_disagrees_with_host", rules.FLAGGED,
                                                              ("timing_inconsistent",))
     assert "its time is the host's" in verdict.message
+    # Between one floor and two the time is the host's, but the verdict is not flagged.
+    floor = found.floor_ms
+    slight = gaps([r + 1.5 * floor for r in ref], ref)
+    assert slight.beyond_floor and not slight.flagged and rules.timer_disagrees_with_host(slight) is None
 
 
 def test_an_honest_gap_within_the_floor_is_not_charged():

@@ -165,8 +165,10 @@ class WorkerRun:
         self.sent += 1
 
     def read_call(self) -> tuple[dict, list[bytes]]:
-        """A call's answer: its start and end marks (their arrival on the host's clock kept in
-        `marks`), then its record, and its output blob when the run returns outputs."""
+        """A call's answer: its start and end marks, each answered with the host's word once it
+        has read its clocks (the marks' readings checked against the host's clock in `marks`,
+        the worker's CPU time between them in `cpu_s`), then its record, and its output blob
+        when the run returns outputs."""
         start_mark, start_arrived = self._read_mark(commands.MARK_START)
         cpu_before = self.worker.cpu_seconds()  # the worker waits for our word: its CPU clock stands still
         self.conversation.send(self.worker, commands.marked())
@@ -233,8 +235,9 @@ def checked_marks(start: object, end: object, sent_at: float, start_arrived: flo
     start and the end mark's arrival (else the arrival, the latest it can have ended). A reading
     outside its window was not taken when the mark says: a worker on another clock, or a clock
     the program replaced. The start's reading leaves before any of the program's code runs; the
-    end's could be the program's (a replaced clock), so the end mark's arrival after it is
-    compared with the reference's too (timing/allowance.py)."""
+    end's could be the program's (a replaced clock): on a CPU the host's bracket is the worker's
+    CPU clock instead, and elsewhere how late each end mark arrived after its reading is
+    reported beside the reference's (timing/allowance.py, `Gaps.arrival`)."""
     began = start / 1e9 if type(start) is int and sent_at <= start / 1e9 <= start_arrived else sent_at
     ended = end / 1e9 if type(end) is int and began <= end / 1e9 <= end_arrived else end_arrived
     return began, ended, end_arrived

@@ -117,6 +117,9 @@ def difference(candidate: list[float], reference: list[float]) -> Difference:
                       floor_ms=gap_floor(reference[:pairs]))
 
 
+FLAG_FLOORS = 2.0  # a gap this many noise floors beyond the reference's is flagged, not only charged
+
+
 @dataclass(frozen=True)
 class Gaps:
     """The host's check of the candidate's timer between each call's marks: `timer`, the call's
@@ -134,6 +137,13 @@ class Gaps:
     @property
     def beyond_floor(self) -> bool:
         return self.calls > 0 and self.timer.beyond_floor
+
+    @property
+    def flagged(self) -> bool:
+        """Beyond FLAG_FLOORS floors: the time is the host's from one floor on, but a verdict is
+        flagged only where noise is out of the question (a 95 % floor alone would flag one
+        honest candidate in twenty, and a flag may cost it its reward)."""
+        return self.calls > 0 and self.timer.ms > FLAG_FLOORS * self.timer.floor_ms
 
     @property
     def charge_ms(self) -> float:
