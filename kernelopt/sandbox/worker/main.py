@@ -42,11 +42,9 @@ _timer_call = None  # measure.Timer.call, bound before the first program code ru
 
 
 def _marker(write, clock):
-    """Each call's start and end, told to the host as they happen, each with the monotonic
-    clock's reading as it leaves (docs/referee.md, "The host's clock decides"). The start's is
-    taken before any of the program's code runs and is in the pipe before it can: no frame
-    local, no global holds it. Both the writer and the clock are this closure's, bound before
-    any program code runs; the host checks each reading against its own clock."""
+    """A call's start or end mark to the host, with the monotonic clock's reading as it leaves
+    (docs/referee.md, "The host's clock decides"): the start's is in the pipe before any of the
+    program's code runs, so no frame local or global holds it."""
     frame = b'{"ok":true,"mark":"%s","t":%d,"blobs":[]}\n'
 
     def mark(out_fd: int, which: bytes) -> None:
@@ -288,10 +286,9 @@ class Worker:
         self._check_harness_objects(self.timer.harness_tensors(), "the timer's flush buffer")
         self._check_interception("before its call")
         out_fd = self.out_fd
-        # The start mark leaves before any of the program's code runs, the end mark after it
-        # returned, and after each the worker waits until the host has read its clocks (this
-        # process's CPU clock among them): between the two is the call's time on the host's
-        # clocks, whatever the worker's own timer below reports (which the program can reach).
+        # After each mark the worker waits until the host has read its clocks (this process's
+        # CPU clock among them): between the marks is the call's time on the host's clocks,
+        # whatever the timer below reports (which the program can reach).
         _mark(out_fd, b"start")
         self._await_host()
         try:
