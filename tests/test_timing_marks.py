@@ -130,3 +130,14 @@ def test_once_the_timer_is_wrong_every_call_is_timed_by_the_host():
         forged.append(SideRound(timer_ms=[0.4 * true_ms] * 10, host_ms=[m + 5.0 for m in marked], marked_ms=marked))
     cand_means, _, _ = side_means(forged, ref, "cpu")
     assert cand_means == pytest.approx(stretched, abs=0.01)
+
+
+def test_one_lengthened_call_does_not_charge_its_round():
+    # Once the host's time is taken, a call the collector or a late read lengthened by 5 ms in
+    # an otherwise agreeing round costs nothing: the round's median gap decides.
+    rng = random.Random(8)
+    ref = [_side(0.6, 0.15, rng) for _ in range(6)]
+    forged = [_side(0.2, 0.55, rng) for _ in range(6)]
+    forged[2].marked_ms[3] += 5.0
+    cand_means, _, _ = side_means(forged, ref, "cpu")
+    assert max(cand_means) == pytest.approx(0.6, abs=0.01)

@@ -229,17 +229,25 @@ def capped_reference_means(means: list[float]) -> list[float]:
 
 def host_decides(cand: list[SideRound], ref: list[SideRound], timed_means: list[float]) -> list[float]:
     """The candidate's mean ms per call, round by round: its timer's (`timed_means`, any charge
-    around the call included) while the host's clock between the calls' marks agrees with it;
-    once the gap is beyond the floor (`gaps`), the host's own time of every call, less the
-    reference's typical gap (the messaging both sides share), wherever that is more. Per call,
-    not one constant: a forged timer that reports a share of each call would otherwise keep
-    that share of every call a busy host stretched."""
+    around the call included) while the host's clocks between the calls' marks agree with it;
+    once the gap is beyond the floor (`gaps`), the host's time: in each round, its timer's mean
+    plus how far the round's median gap exceeds the reference's median gap (the harness's steps
+    both sides share), wherever that is more. Round by round, not one constant: a forged timer
+    that reports a share of each call would otherwise keep that share of every call a busy host
+    stretched; a median within the round, so that one call the collector or a late read
+    lengthened does not charge its round."""
     cand_gaps, ref_gaps = per_call_gaps(cand), per_call_gaps(ref)
     if not gaps(cand_gaps, ref_gaps).beyond_floor:
         return timed_means
     shared = statistics.median(ref_gaps)
-    return [max(timed, statistics.fmean(ms - shared for ms in side.marked_ms)) if side.marked_ms else timed
-            for side, timed in zip(cand, timed_means)]
+    hosts = []
+    for side, timed in zip(cand, timed_means):
+        round_gaps = per_call_gaps([side])
+        if not round_gaps:
+            hosts.append(timed)
+            continue
+        hosts.append(max(timed, statistics.fmean(side.timer_ms) + statistics.median(round_gaps) - shared))
+    return hosts
 
 
 def side_means(cand: list[SideRound], ref: list[SideRound], device: str) -> tuple[list[float], list[float], str]:
