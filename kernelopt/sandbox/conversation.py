@@ -152,6 +152,12 @@ class WorkerRun:
         # worker process's CPU time between its marks (s; None where the host cannot read it).
         self.marks: list[tuple[float, float, float]] = []
         self.cpu_s: list[float | None] = []
+        # Per call, the host's clock (s) over the harness's steps before the call (hand-over to
+        # the start's reading) and when the host acknowledged the end mark (the steps after the
+        # call run from there to the record's arrival): the time outside the call, without the
+        # host's own waits for the marks (timing/allowance.py, the check around the call).
+        self.before_s: list[float] = []
+        self.acked_at = 0.0
         self.sent_at = 0.0  # the host's clock as it began handing over the last call's inputs
 
     def start(self) -> None:
@@ -175,9 +181,14 @@ class WorkerRun:
         end_mark, end_arrived = self._read_mark(commands.MARK_END)
         cpu_after = self.worker.cpu_seconds()
         self.conversation.send(self.worker, commands.marked())
+        self.acked_at = time.perf_counter()
         self.marks.append(checked_marks(start_mark.get("t"), end_mark.get("t"), self.sent_at, start_arrived,
                                         end_arrived))
         self.cpu_s.append(cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
+        # A start reading the host cannot place counts the whole wait for the mark as the
+        # harness's: the longer, for the check around the call.
+        began = self.marks[-1][0]
+        self.before_s.append((began if began != self.sent_at else start_arrived) - self.sent_at)
         reply, blobs = self.conversation.receive(self.worker)
         self.answered += 1
         record = self.conversation.call_record(self.worker, reply)

@@ -215,6 +215,7 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
         side.host_ms = side.host_ms[1:]
         side.marked_ms = side.marked_ms[1:]
         side.arrival_ms = side.arrival_ms[1:]
+        side.harness_ms = side.harness_ms[1:]
     return sides[candidate], sides[reference]
 
 
@@ -226,12 +227,15 @@ def timed_calls(run: WorkerRun, at: int, cpu_clock: bool = True) -> tuple[SideRo
     host_ms, records = [], []
     worker: WorkerProcess = run.worker
     cpu_before, turn_begin = worker.cpu_seconds(), time.perf_counter()
+    harness_ms = []
     with prompt_host():
         for _ in run.inputs:
             begin = time.perf_counter()
             run.send_call(at)
             record, _ = run.read_call()
-            host_ms.append((time.perf_counter() - begin) * 1e3)
+            answered = time.perf_counter()
+            host_ms.append((answered - begin) * 1e3)
+            harness_ms.append((run.before_s[-1] + answered - run.acked_at) * 1e3)
             records.append(record)
     turn_s, cpu_after = time.perf_counter() - turn_begin, worker.cpu_seconds()
     cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
@@ -243,7 +247,7 @@ def timed_calls(run: WorkerRun, at: int, cpu_clock: bool = True) -> tuple[SideRo
     marked_ms = cpu_ms if cpu_clock and len(cpu_ms) == len(wall_ms) else wall_ms
     arrival_ms = [(arrived - ended) * 1e3 for _, ended, arrived in run.marks]
     return SideRound(timer_ms=[], host_ms=host_ms, turn_s=turn_s, cpu_s=cpu_s, marked_ms=marked_ms,
-                     arrival_ms=arrival_ms), records
+                     arrival_ms=arrival_ms, harness_ms=harness_ms), records
 
 
 # While a worker's calls are timed, the host's other Python threads (the memory watchdog, the
