@@ -158,6 +158,7 @@ class WorkerRun:
         # host's own waits for the marks (timing/allowance.py, the check around the call).
         self.before_s: list[float] = []
         self.acked_at = 0.0
+        self.read_cpu = False  # read the worker's CPU clock at each mark (the timed rounds on a CPU)
         self.sent_at = 0.0  # the host's clock as it began handing over the last call's inputs
 
     def start(self) -> None:
@@ -176,10 +177,11 @@ class WorkerRun:
         the worker's CPU time between them in `cpu_s`), then its record, and its output blob
         when the run returns outputs."""
         start_mark, start_arrived = self._read_mark(commands.MARK_START)
-        cpu_before = self.worker.cpu_seconds()  # the worker waits for our word: its CPU clock stands still
+        # The worker waits for our word: its CPU clock stands still while we read it.
+        cpu_before = self.worker.cpu_seconds() if self.read_cpu else None
         self.conversation.send(self.worker, commands.marked())
         end_mark, end_arrived = self._read_mark(commands.MARK_END)
-        cpu_after = self.worker.cpu_seconds()
+        cpu_after = self.worker.cpu_seconds() if self.read_cpu else None
         self.conversation.send(self.worker, commands.marked())
         self.acked_at = time.perf_counter()
         self.marks.append(checked_marks(start_mark.get("t"), end_mark.get("t"), self.sent_at, start_arrived,

@@ -228,6 +228,7 @@ def timed_calls(run: WorkerRun, at: int, cpu_clock: bool = True) -> tuple[SideRo
     worker: WorkerProcess = run.worker
     cpu_before, turn_begin = worker.cpu_seconds(), time.perf_counter()
     harness_ms = []
+    run.read_cpu = cpu_clock
     with prompt_host():
         for _ in run.inputs:
             begin = time.perf_counter()
