@@ -12,7 +12,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelopt.sandbox.worker.guard import Guard
-from kernelopt.sandbox.worker.main import _harness_only, interceptors
+from kernelopt.sandbox.worker.turns import harness_only as _harness_only, interceptors
 
 
 class _Counting(TorchFunctionMode):

@@ -18,7 +18,7 @@ from kernelopt.sandbox.records import SideRound
 from kernelopt.sandbox.timing import (
     PROCESS_OVERHEAD_TOLERANCE, REFERENCE_ROUND_CAP, calibrated_precision, capped_reference_means, charge, excess,
     median_precision, ratio_precision, side_means, t95)
-from kernelopt.sandbox.worker.main import _pinned_to
+from kernelopt.sandbox.worker.turns import pinned_to as _pinned_to
 
 
 @pytest.mark.parametrize("pin, device, pinned", [

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import containment, isolation, scratch
+from kernelopt.sandbox.conversation import receive_answer
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.device import default_memory_limit, device_model, resolve_device
 from kernelopt.sandbox.hardware import Hardware
@@ -121,6 +122,13 @@ class Evaluator:
         self._candidates = _CandidateWorkers(self._starter)
         self._candidates.restock()
 
+    @property
+    def _warm(self) -> _WarmReference:
+        """The reference's warm worker (`start` makes it)."""
+        if self._reference is None:
+            raise RuntimeError("the Evaluator is not started")
+        return self._reference
+
     def close(self) -> None:
         """Stop every worker and remove the scratch directories (unless keep_scratch)."""
         if self._closed:
@@ -155,7 +163,7 @@ class Evaluator:
         from kernelopt.kernelbench import ProblemError
 
         self.start()
-        worker = self._reference.ready()
+        worker = self._warm.ready()
         deadline = time.monotonic() + self.options.timeout
         load = load_message(self.backend, self.device, worker.scratch, self._seeds.fingerprint_seed,
                             host_builds=False, with_candidate=False)
@@ -166,12 +174,12 @@ class Evaluator:
             records = []
             for input_set in input_sets(self.problem, seeds, reply, blobs):
                 worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, deadline)
-                answer = worker.receive(deadline)[0]
+                answer = receive_answer(worker, deadline)
                 self._check_ok(answer)
                 records.append(answer["record"])
             self._request_ok(worker, commands.report(), deadline)
         except (WorkerDied, WorkerTimeout) as exc:
-            self._reference.discard()
+            self._warm.discard()
             raise ProblemError(self.problem.path, f"the reference worker failed: {exc}") from None
         return records
 
@@ -241,9 +249,12 @@ class Evaluator:
 
     def _new_session(self, source: str, restock: bool) -> CandidateSession:
         serial = next(self._serials)
+        candidates = self._candidates
+        if candidates is None:
+            raise RuntimeError("the Evaluator is not started")
         return CandidateSession(
             self.problem, source, self.options, self.device, self.backend,
-            serial=serial, take_worker=lambda: self._candidates.take(restock=restock),
+            serial=serial, take_worker=lambda: candidates.take(restock=restock),
             seed_source=self._seeds.for_candidate(), fingerprint_seed=self._seeds.fingerprint_seed,
             trial_seeds=self._seeds.trial_seeds,
         )
@@ -268,20 +279,20 @@ class Evaluator:
         """The candidate's correctness and timing, with the warm reference."""
         session.reference_profile = self._reference_profile
         try:
-            result = session.judge(self._reference.ready, self._expected)
+            result = session.judge(self._warm.ready, self._expected)
         except BaseException:
             # The reference failed (ProblemError) or the conversation with it was cut short
             # (an interrupt, a harness error): its state is unknown, so it is replaced.
-            self._reference.discard()
+            self._warm.discard()
             raise
         self._keep_expected(session.expected)
         if session.reference_profiled:
             # Kept for the next candidates; the worker is replaced: the profiler leaves a thread
             # of its own in it, which the next candidates' thread census would count against them.
             self._reference_profile = session.reference_profile
-            self._reference.discard()
+            self._warm.discard()
             if self.keep_spare:  # the next candidate's reference starts now, beside its load
-                self._reference.launch()
+                self._warm.launch()
         return result
 
     def _keep_expected(self, expected: ReferenceTrials | None) -> None:
@@ -316,7 +327,7 @@ class _SeedPlan:
         self._state = source.getstate() if self._fixed else None
 
     def for_candidate(self):
-        if not self._fixed:
+        if self._state is None:
             return secrets.SystemRandom()
         source = random.Random()
         source.setstate(self._state)
@@ -434,28 +445,30 @@ class _WarmReference:
 
     def ready(self) -> WorkerProcess:
         """The reference worker, alive and in step with the host (a fresh one otherwise)."""
-        if self._greeted and not self._in_step():
+        if self.worker is not None and self._greeted and not self._in_step(self.worker):
             self.discard()
         if self.worker is None:
             self.launch()
+        worker = self.worker
+        assert worker is not None  # launch made it
         if not self._greeted:
             try:
-                self._starter.await_hello(self.worker)
+                self._starter.await_hello(worker)
             except SandboxError:
                 self.worker = None  # closed by await_hello
                 raise
             self._greeted = True
-        return self.worker
+        return worker
 
-    def _in_step(self) -> bool:
+    def _in_step(self, worker: WorkerProcess) -> bool:
         """Alive, and the next frame it sends is the answer to a ping: nothing stale is
         waiting in its pipe and it is not busy with an earlier request."""
-        if self.worker.process.poll() is not None:
+        if worker.process.poll() is not None:
             return False
         token = secrets.randbits(48)
         try:
-            self.worker.send(commands.ping(token))
-            reply, _ = self.worker.receive(time.monotonic() + min(_PING_TIMEOUT_S, self._starter.timeout))
+            worker.send(commands.ping(token))
+            reply, _ = worker.receive(time.monotonic() + min(_PING_TIMEOUT_S, self._starter.timeout))
         except (WorkerDied, WorkerTimeout):
             return False
         return isinstance(reply, dict) and reply.get("pong") == token

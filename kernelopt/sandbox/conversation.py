@@ -147,6 +147,19 @@ class WorkerRun:
         self.sent = 0  # call frames sent
         self.answered = 0  # call replies read
         self.report = ""  # "", "sent", "read"
+        # Per call answered, on the host's clock (time.perf_counter, s): when it started, when it
+        # ended, and when its end mark arrived (timing/allowance.py; checked_marks); and the
+        # worker process's CPU time between its marks (s; None where the host cannot read it).
+        self.marks: list[tuple[float, float, float]] = []
+        self.cpu_s: list[float | None] = []
+        # Per call, the host's clock (s) over the harness's steps before the call (hand-over to
+        # the start's reading) and when the host acknowledged the end mark (the steps after the
+        # call run from there to the record's arrival): the time outside the call, without the
+        # host's own waits for the marks (timing/allowance.py, the check around the call).
+        self.before_s: list[float] = []
+        self.acked_at = 0.0
+        self.read_cpu = False  # read the worker's CPU clock at each mark (the timed rounds on a CPU)
+        self.sent_at = 0.0  # the host's clock as it began handing over the last call's inputs
 
     def start(self) -> None:
         self.conversation.send(self.worker, commands.run(len(self.inputs), **self.flags))
@@ -154,11 +167,30 @@ class WorkerRun:
         self.started = True
 
     def send_call(self, at: int = 0) -> None:
+        self.sent_at = time.perf_counter()
         self.conversation.send_inputs(self.worker, self.inputs[self.sent], at)
         self.sent += 1
 
     def read_call(self) -> tuple[dict, list[bytes]]:
-        """A call's answer: its record, and its output blob when the run returns outputs."""
+        """A call's answer: its start and end marks, each answered with the host's word once it
+        has read its clocks (the marks' readings checked against the host's clock in `marks`,
+        the worker's CPU time between them in `cpu_s`), then its record, and its output blob
+        when the run returns outputs."""
+        start_mark, start_arrived = self._read_mark(commands.MARK_START)
+        # The worker waits for our word: its CPU clock stands still while we read it.
+        cpu_before = self.worker.cpu_seconds() if self.read_cpu else None
+        self.conversation.send(self.worker, commands.marked())
+        end_mark, end_arrived = self._read_mark(commands.MARK_END)
+        cpu_after = self.worker.cpu_seconds() if self.read_cpu else None
+        self.conversation.send(self.worker, commands.marked())
+        self.acked_at = time.perf_counter()
+        self.marks.append(checked_marks(start_mark.get("t"), end_mark.get("t"), self.sent_at, start_arrived,
+                                        end_arrived))
+        self.cpu_s.append(cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None)
+        # A start reading the host cannot place counts the whole wait for the mark as the
+        # harness's: the longer, for the check around the call.
+        began = self.marks[-1][0]
+        self.before_s.append((began if began != self.sent_at else start_arrived) - self.sent_at)
         reply, blobs = self.conversation.receive(self.worker)
         self.answered += 1
         record = self.conversation.call_record(self.worker, reply)
@@ -167,6 +199,13 @@ class WorkerRun:
         if len(blobs) != 1:
             self.conversation.protocol_error(self.worker, "one output blob per call")
         return record, blobs
+
+    def _read_mark(self, which: str) -> tuple[dict, float]:
+        reply, _ = self.conversation.receive(self.worker)
+        arrived = time.perf_counter()
+        if reply.get("mark") != which:
+            self.conversation.protocol_error(self.worker, f"the call's {which} mark")
+        return reply, arrived
 
     def send_report(self) -> None:
         self.conversation.send(self.worker, commands.report())
@@ -188,13 +227,40 @@ class WorkerRun:
                 worker.send(commands.run(len(self.inputs), **self.flags), deadline=deadline)
                 worker.receive(deadline)
             for _ in range(self.sent - self.answered):
-                worker.receive(deadline)
+                receive_answer(worker, deadline)
             for input_set in self.inputs[self.sent:]:
                 worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, deadline)
-                worker.receive(deadline)
+                receive_answer(worker, deadline)
             if not self.report:
                 worker.send(commands.report(), deadline=deadline)
             if self.report != "read":
                 worker.receive(deadline)
         except (WorkerDied, WorkerTimeout):
             pass
+
+
+def checked_marks(start: object, end: object, sent_at: float, start_arrived: float,
+                  end_arrived: float) -> tuple[float, float, float]:
+    """A call's (start, end, end mark's arrival) on the host's clock (s), from the worker's
+    readings of the same monotonic clock as its marks left, each kept only where the host's own
+    clock allows it: the start between the host's hand-over of the inputs and the start mark's
+    arrival (else the hand-over, the earliest the call can have started), the end between that
+    start and the end mark's arrival (else the arrival, the latest it can have ended). A reading
+    outside its window was not taken when the mark says: a worker on another clock, or a clock
+    the program replaced. The start's reading leaves before any of the program's code runs; the
+    end's could be the program's (a replaced clock): on a CPU the host's bracket is the worker's
+    CPU clock instead, and elsewhere how late each end mark arrived after its reading is
+    reported beside the reference's (timing/allowance.py, `Gaps.arrival`)."""
+    began = start / 1e9 if type(start) is int and sent_at <= start / 1e9 <= start_arrived else sent_at
+    ended = end / 1e9 if type(end) is int and began <= end / 1e9 <= end_arrived else end_arrived
+    return began, ended, end_arrived
+
+
+def receive_answer(worker: WorkerProcess, deadline: float) -> dict:
+    """A call's answer read past its start and end marks, each acknowledged (a failure ends the
+    marks early)."""
+    while True:
+        reply, _ = worker.receive(deadline)
+        if not (isinstance(reply, dict) and reply.get("ok") and "mark" in reply):
+            return reply
+        worker.send(commands.marked(), deadline=deadline)

@@ -209,6 +209,12 @@ class WorkerProcess:
                 pass
         return names
 
+    @property
+    def cheap_cpu_clock(self) -> bool:
+        """Whether `cpu_seconds` is a kernel read (a group's file, a process's clock), cheap enough
+        to bracket every timed call; a container's comes from its daemon's stats (a round trip)."""
+        return not isinstance(self.contained, process_tree.ContainerWalk)
+
     def cpu_seconds(self) -> float | None:
         """The CPU time the worker's group has used so far, every process and thread together,
         those that have exited included (the kernel's accounting, read from the host). Under the

@@ -7,7 +7,7 @@ Records hold data only. The rules (sandbox/rules/) are functions of them; the co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from pydantic import BaseModel
@@ -97,11 +97,22 @@ class SideRound:
     host_ms: list[float]
     turn_s: float = 0.0  # the host's clock over the whole turn
     cpu_s: float | None = None  # the worker process's CPU time in it (None: not readable)
+    # Per call, the host clock's ms between the call's start and end marks: the program's call
+    # alone, no harness work (empty where not measured)
+    marked_ms: list[float] = field(default_factory=list)
+    # Per call, the host clock's ms from the call's end (as the worker read the clock) to its end
+    # mark's arrival on the host
+    arrival_ms: list[float] = field(default_factory=list)
+    # Per call, the host clock's ms over the harness's steps outside the call (before its start
+    # mark, after the host's word on its end mark): where the host's marks are read, this is the
+    # overhead the check around the call compares, free of the host's own waits for the marks
+    harness_ms: list[float] = field(default_factory=list)
 
     @property
     def overhead_ms(self) -> float:
-        """Per call, what the host clock saw beyond the worker's own timer."""
-        return (sum(self.host_ms) - sum(self.timer_ms)) / len(self.timer_ms)
+        """Per call, what the host clock saw beyond the call: the harness's steps around it where
+        the marks were read, else the host's bracket beyond the worker's own timer."""
+        return sum(per_call_overheads([self])) / len(self.timer_ms)
 
 
 # A timed round: the (candidate, reference) sides.
@@ -109,9 +120,18 @@ Round = tuple[SideRound, SideRound]
 
 
 def per_call_overheads(sides: list[SideRound]) -> list[float]:
-    """Per call, the host clock's ms beyond the worker's timer. Calls pair up across the two
-    sides (the same round, the same inputs), so their differences compare like with like."""
-    return [host - timer for side in sides for host, timer in zip(side.host_ms, side.timer_ms)]
+    """Per call, the host clock's ms outside the call: over the harness's steps around it where
+    the marks were read (`harness_ms`), else beyond the worker's timer. Calls pair up across the
+    two sides (the same round, the same inputs), so their differences compare like with like."""
+    return [over for side in sides for over in (
+        side.harness_ms if len(side.harness_ms) == len(side.timer_ms) and side.harness_ms
+        else [host - timer for host, timer in zip(side.host_ms, side.timer_ms)])]
+
+
+def per_call_gaps(sides: list[SideRound]) -> list[float]:
+    """Per call, the host clock's ms between the call's marks beyond the worker's timer: what
+    the host saw of the call that the worker's own timer did not report."""
+    return [marked - timer for side in sides for marked, timer in zip(side.marked_ms, side.timer_ms)]
 
 
 def with_calls(report: dict, records: list[dict]) -> dict:

@@ -142,6 +142,12 @@ class Timing(BaseModel):
                          "(the reference is never charged: noise may only lower a speedup)")
     candidate_charge_ms: float = Field(
         0.0, description="added to the candidate's mean: its overhead beyond the reference's, past noise")
+    timer_gap_ms: float | None = Field(
+        None, description="per call (trimmed mean), how much more the host's clock between the call's start and "
+                          "end marks saw beyond the candidate's timer than beyond the reference's")
+    timer_gap_floor_ms: float | None = Field(
+        None, description="the host bracket's noise floor, from the reference's own call-to-call variation: a "
+                          "timer_gap_ms beyond it is charged in full (the host's clock decides)")
     speedup_precision: float | None = Field(
         None, description="half the 95 % confidence interval of the speedup, relative to it: the rounds' "
                           "variation (order, buffers, core and allocations change between rounds) and the "

@@ -6,7 +6,7 @@ from kernelopt.sandbox import compare
 from kernelopt.sandbox.records import CallRecord, InputSet
 from kernelopt.sandbox.results import TrialResult
 from kernelopt.sandbox.rules.registry import FLAGGED, Verdict, make_verdict, rule
-from kernelopt.sandbox.timing.allowance import Overheads
+from kernelopt.sandbox.timing.allowance import Gaps, Overheads
 
 # -- a call's invariants --------------------------------------------------------------------
 
@@ -139,6 +139,18 @@ def wall_clock_gap(overheads: Overheads) -> Verdict | None:
     return make_verdict("wall_clock_gap", f"the host clock saw {overheads.candidate_ms - overheads.reference_ms:.3f} ms "
                                       "per call more around the candidate's calls than its timer reported (work "
                                       "hidden from the timer, or forged timings)")
+
+
+@rule("timer_disagrees_with_host", status=FLAGGED, flag="timing_inconsistent",
+      family="forging the in-process timer (its start time, its clock, the timer itself)",
+      example="hacks/whitebox_timer_start_frame_rewrite.py")
+def timer_disagrees_with_host(found: Gaps) -> Verdict | None:
+    """Between the calls' marks, the host's clocks saw more beyond the candidate's timer than beyond the reference's, past twice the noise floor (its time is the host's from one floor on)."""
+    if not found.flagged:
+        return None
+    return make_verdict("timer_disagrees_with_host", f"the candidate's timer disagrees with the host's clock: "
+                                                     f"{found.detail()}; its time is the host's (charged "
+                                                     f"{found.charge_ms:.3f} ms per call)")
 
 
 # -- labels ---------------------------------------------------------------------------------

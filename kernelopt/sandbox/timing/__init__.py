@@ -3,8 +3,8 @@ charge (allowance.py), the stop rule (stop.py) and the interleaved rounds that m
 (rounds.py, imported by the session: it talks to the workers)."""
 
 from kernelopt.sandbox.timing.allowance import (
-    PROCESS_OVERHEAD_TOLERANCE, REFERENCE_ROUND_CAP, Overheads, capped_reference_means, charge, excess, overheads,
-    side_means,
+    PROCESS_OVERHEAD_TOLERANCE, REFERENCE_ROUND_CAP, Difference, Gaps, Overheads, capped_reference_means, charge,
+    difference, excess, gap_floor, gaps, overheads, robust_spread, side_means,
 )
 from kernelopt.sandbox.timing.stats import (
     BETWEEN_PROCESS_SPREAD, calibrated_precision, median_precision, percentile, ratio_precision,
@@ -13,7 +13,7 @@ from kernelopt.sandbox.timing.stats import (
 from kernelopt.sandbox.timing.stop import MIN_ROUNDS, StopRule
 
 __all__ = [
-    "BETWEEN_PROCESS_SPREAD", "MIN_ROUNDS", "Overheads", "PROCESS_OVERHEAD_TOLERANCE", "REFERENCE_ROUND_CAP", "StopRule",
-    "calibrated_precision", "capped_reference_means", "charge", "excess", "median_precision", "overheads", "percentile", "ratio_precision", "side_means",
+    "BETWEEN_PROCESS_SPREAD", "Difference", "Gaps", "MIN_ROUNDS", "Overheads", "PROCESS_OVERHEAD_TOLERANCE", "REFERENCE_ROUND_CAP", "StopRule",
+    "calibrated_precision", "capped_reference_means", "charge", "difference", "excess", "gap_floor", "gaps", "median_precision", "overheads", "percentile", "ratio_precision", "robust_spread", "side_means",
     "speedup_precision", "summarize", "t95",
 ]

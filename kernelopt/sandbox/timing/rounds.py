@@ -6,16 +6,18 @@ full; the verdicts come from the rules (sandbox/rules/).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kernelopt.sandbox import census, compare, correctness, rules
 from kernelopt.sandbox.conversation import Conversation, WorkerRun
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerDied, WorkerProcess, WorkerTimeout
-from kernelopt.sandbox.records import InputSet, Round, SideRound, with_calls
+from kernelopt.sandbox.records import InputSet, Round, SideRound, per_call_gaps, with_calls
 from kernelopt.sandbox.results import Check, EvalOptions, Timing
 from kernelopt.sandbox.timing import allowance, stats
 from kernelopt.sandbox.timing.stop import DEADLINE_MARGIN_S, MIN_ROUNDS, StopRule
@@ -95,10 +97,24 @@ def timing_phase(timer: Timer, checks: list[Check]) -> Timing:
         # every time. Only the fresh measurement is kept, so behaving well in it alone gains
         # nothing.
         rounds = measured_rounds(timer, per_round, round_s)
+    # The host's clock decides: between each call's marks, a candidate timer that reports less
+    # than the host saw, past the noise floor the reference's own calls show, is charged the
+    # host's time (allowance.side_means) and flagged.
+    found = timer_gaps(rounds)
+    checks.append(Check(name="timer_agrees_with_host", passed=not found.flagged, detail=found.detail()))
+    rules.enforce(rules.timer_disagrees_with_host(found), timer.findings)
     overheads = allowance.overheads(rounds)
     checks.append(Check(name="wall_clock_consistency", passed=not overheads.gross, detail=overheads.detail()))
     rules.enforce(rules.wall_clock_gap(overheads))
     return timing_result(rounds, per_round, timer.device)
+
+
+def timer_gaps(rounds: list[Round]) -> allowance.Gaps:
+    """The candidate's gaps between its calls' marks, and its end marks' delays, against the
+    reference's, in pairs."""
+    cand, ref = [c for c, _ in rounds], [r for _, r in rounds]
+    return allowance.gaps(per_call_gaps(cand), per_call_gaps(ref),
+                          [ms for side in cand for ms in side.arrival_ms], [ms for side in ref for ms in side.arrival_ms])
 
 
 def timing_result(rounds: list[Round], per_round: int, device: str) -> Timing:
@@ -114,13 +130,16 @@ def timing_result(rounds: list[Round], per_round: int, device: str) -> Timing:
     cand_ms, ref_ms = statistics.fmean(cand_means), statistics.fmean(ref_means)
     overheads = allowance.overheads(rounds)
     slack_c, slack_r = overheads.candidate_ms, overheads.reference_ms
+    found = timer_gaps(rounds)
     return Timing(method=method, reference=ref_stats, candidate=cand_stats, rounds=len(rounds),
                   calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                   candidate_host_bound_ms=cand_stats.mean_ms + slack_c - slack_r,
                   wall_speedup=(ref_stats.mean_ms + slack_r) / (cand_stats.mean_ms + slack_c),
                   speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device),
                   reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c,
-                  reference_charge_ms=ref_ms - ref_stats.mean_ms, candidate_charge_ms=cand_ms - cand_stats.mean_ms)
+                  reference_charge_ms=ref_ms - ref_stats.mean_ms, candidate_charge_ms=cand_ms - cand_stats.mean_ms,
+                  timer_gap_ms=found.difference_ms if found.calls else None,
+                  timer_gap_floor_ms=found.floor_ms if found.calls else None)
 
 
 def measured_rounds(timer: Timer, per_round: int, round_s: float) -> list[Round]:
@@ -162,7 +181,8 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
             idle.freeze()  # nothing of the idle side runs during the other's turn
             try:
                 runs[worker].start()
-                sides[worker], records[worker] = timed_calls(runs[worker], at)
+                cpu_clock = not timer.device.startswith("cuda") and runs[worker].worker.cheap_cpu_clock
+                sides[worker], records[worker] = timed_calls(runs[worker], at, cpu_clock)
                 if worker is candidate:
                     # As the candidate's turn ends, not only at the round's report: a thread or
                     # process its calls left running could slow the reference's turn on the
@@ -194,25 +214,58 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
     for side, reply in ((sides[candidate], cand), (sides[reference], ref)):
         side.timer_ms = [c.ms for c in reply.calls[1:]]  # the loop's warm-up call is not timed
         side.host_ms = side.host_ms[1:]
+        side.marked_ms = side.marked_ms[1:]
+        side.arrival_ms = side.arrival_ms[1:]
+        side.harness_ms = side.harness_ms[1:]
     return sides[candidate], sides[reference]
 
 
-def timed_calls(run: WorkerRun, at: int) -> tuple[SideRound, list[dict]]:
+def timed_calls(run: WorkerRun, at: int, cpu_clock: bool = True) -> tuple[SideRound, list[dict]]:
     """The worker's calls of a round, one at a time, each bracketed by the host's clock from
     handing over its inputs to its answer (the output copied out and fingerprinted, the call's
-    record). Returns the host's times and the calls' records."""
+    record), and the call itself between its start and end marks. Returns the host's times and
+    the calls' records."""
     host_ms, records = [], []
     worker: WorkerProcess = run.worker
     cpu_before, turn_begin = worker.cpu_seconds(), time.perf_counter()
-    for _ in run.inputs:
-        begin = time.perf_counter()
-        run.send_call(at)
-        record, _ = run.read_call()
-        host_ms.append((time.perf_counter() - begin) * 1e3)
-        records.append(record)
+    harness_ms = []
+    run.read_cpu = cpu_clock
+    with prompt_host():
+        for _ in run.inputs:
+            begin = time.perf_counter()
+            run.send_call(at)
+            record, _ = run.read_call()
+            answered = time.perf_counter()
+            host_ms.append((answered - begin) * 1e3)
+            harness_ms.append((run.before_s[-1] + answered - run.acked_at) * 1e3)
+            records.append(record)
     turn_s, cpu_after = time.perf_counter() - turn_begin, worker.cpu_seconds()
     cpu_s = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
-    return SideRound(timer_ms=[], host_ms=host_ms, turn_s=turn_s, cpu_s=cpu_s), records
+    # The call's time on the host's clocks: the worker's group's CPU time between its marks
+    # where the host reads it (a CPU call runs on this process's CPU; the kernel keeps that
+    # clock, and a busy host that reads a mark late does not move it), else the wall clock.
+    wall_ms = [(ended - began) * 1e3 for began, ended, _ in run.marks]
+    cpu_ms = [cpu * 1e3 for cpu in run.cpu_s if cpu is not None]
+    marked_ms = cpu_ms if cpu_clock and len(cpu_ms) == len(wall_ms) else wall_ms
+    arrival_ms = [(arrived - ended) * 1e3 for _, ended, arrived in run.marks]
+    return SideRound(timer_ms=[], host_ms=host_ms, turn_s=turn_s, cpu_s=cpu_s, marked_ms=marked_ms,
+                     arrival_ms=arrival_ms, harness_ms=harness_ms), records
+
+
+# While a worker's calls are timed, the host's other Python threads (the memory watchdog, the
+# Evaluator's loader of the next candidate) hand the interpreter back within this many seconds
+# instead of the default 5 ms, so that the host reads each call's end mark as it arrives.
+TIMED_SWITCH_INTERVAL_S = 1e-4
+
+
+@contextlib.contextmanager
+def prompt_host() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, TIMED_SWITCH_INTERVAL_S))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def placement(inputs: list[InputSet], chooser: random.Random) -> int:

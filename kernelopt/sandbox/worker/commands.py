@@ -15,6 +15,8 @@ in the input slot or as the frame's blob.
     ping     a warm worker shows that it is in step with the host
     quit     the worker exits
     built    the host's answer to a candidate's build request (sent while it loads)
+    marked   the host read a call's start or end mark (each call's marks precede its record: the
+             host's clocks bracket the call; after each mark the worker waits for this)
 
 A failure reply carries "ok": false, one of FAILURE_KINDS and "error"; the host maps each kind
 through the referee's rules (sandbox/rules/).
@@ -22,8 +24,9 @@ through the referee's rules (sandbox/rules/).
 
 from __future__ import annotations
 
-LOAD, INPUTS, RUN, CALL, REPORT, FETCH, PROFILE, PING, QUIT, BUILT = (
-    "load", "inputs", "run", "call", "report", "fetch", "profile", "ping", "quit", "built")
+LOAD, INPUTS, RUN, CALL, REPORT, FETCH, PROFILE, PING, QUIT, BUILT, MARKED = (
+    "load", "inputs", "run", "call", "report", "fetch", "profile", "ping", "quit", "built", "marked")
+MARK_START, MARK_END = "start", "end"  # a call's marks, in this order, before its record
 # The commands a worker answers (quit ends it; built only answers a build request).
 COMMANDS = (LOAD, INPUTS, RUN, FETCH, PROFILE, PING)
 
@@ -64,6 +67,10 @@ def run(count: int, **flags: object) -> dict:
 
 def call(seed: int, spec: object) -> dict:
     return {"cmd": CALL, "seed": seed, "spec": spec}
+
+
+def marked() -> dict:
+    return {"cmd": MARKED}
 
 
 def report() -> dict:

@@ -18,10 +18,7 @@ protocol) and "error".
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import os
-import signal
 import sys
 import time
 import traceback
@@ -32,6 +29,7 @@ from . import commands, wire
 from .cupy_hook import CupyCompiles
 from .extensions import ExtensionTracker
 from .settings import environment, library_settings, prepare_process, probe_cuda_driver
+from .turns import harness_only, pinned_to, harness_turn, interceptors, program_code
 
 if TYPE_CHECKING:  # annotations only: the worker imports torch and its own modules when it needs them
     import mmap
@@ -45,14 +43,23 @@ if TYPE_CHECKING:  # annotations only: the worker imports torch and its own modu
 _T = TypeVar("_T")
 
 _perf_ns = time.perf_counter_ns
-_getprofile, _gettrace = sys.getprofile, sys.gettrace
-# Bound before any program code runs, like the clock: the harness's own turns (below).
-_gc_enable, _gc_disable = gc.enable, gc.disable
-_signal_mask = signal.pthread_sigmask
-_BLOCKABLE_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
-_PROGRAM_SIGNAL_MASK = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the mask the worker started with
 # measure.Timer.call, bound in main() before the first program code runs (and before any command).
 _timer_call: Callable[[Timer, Any, Any], tuple[object, float, float]] = None  # type: ignore[assignment]
+
+
+def _marker(write, clock):
+    """A call's start or end mark to the host, with the monotonic clock's reading as it leaves
+    (docs/referee.md, "The host's clock decides"): the start's is in the pipe before any of the
+    program's code runs, so no frame local or global holds it."""
+    frame = b'{"ok":true,"mark":"%s","t":%d,"blobs":[]}\n'
+
+    def mark(out_fd: int, which: bytes) -> None:
+        write(out_fd, frame % (which, clock()))
+
+    return mark
+
+
+_mark = _marker(os.write, time.perf_counter_ns)
 _CUDA_ERROR_MARKERS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "unspecified launch failure")
 
@@ -179,7 +186,7 @@ class Worker:
             try:
                 measure.set_seed(seed)
                 inputs = problem.get_inputs()
-                with _harness_only():
+                with harness_only():
                     spec, packed = transfer.pack(inputs)
                     digest = measure.digest(inputs)
             except transfer.TransferError as exc:
@@ -216,7 +223,7 @@ class Worker:
         kept_all = []
         fingerprints = msg.get("fingerprints", True)
         wire.write_frame(self.out_fd, {"ok": True, "ready": True})
-        with _pinned_to(msg.get("pin_cpu")):
+        with pinned_to(msg.get("pin_cpu")):
             for index in range(count):
                 call, blobs = self.reader.read()
                 if call.get("cmd") != commands.CALL:
@@ -224,10 +231,10 @@ class Worker:
                 inputs = self._receive_inputs(call, blobs)
                 record = {"seed": call.get("seed")}
                 if hash_inputs:
-                    with _harness_only():
+                    with harness_only():
                         record["inputs_before"] = measure.digest(inputs)
                 event_ms, host_ms, kept, taken, aliased, shape = self._call(inputs)
-                with _harness_only():
+                with harness_only():
                     record.update(ms=event_ms, host_ms=host_ms, aliases_input=aliased, structure=shape,
                                   meta=[[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
                                   input_bytes=sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs)))
@@ -271,7 +278,7 @@ class Worker:
         else:
             raise WorkerFailure("protocol", "a call frame without its inputs")
         try:
-            with _harness_only():
+            with harness_only():
                 return transfer.unpack(call.get("spec"), buffer, _after_load(self.device))
         except transfer.TransferError as exc:
             raise WorkerFailure("protocol", str(exc)) from None
@@ -289,15 +296,23 @@ class Worker:
         timer = _after_load(self.timer)
         self._check_harness_objects(timer.harness_tensors(), "the timer's flush buffer")
         self._check_interception("before its call")
+        out_fd = self.out_fd
+        # After each mark the worker waits until the host has read its clocks (this process's
+        # CPU clock among them): between the marks is the call's time on the host's clocks,
+        # whatever the timer below reports (which the program can reach).
+        _mark(out_fd, b"start")
+        self._await_host()
         try:
             # Through the class, bound at import: a method shadowed on the instance is never called.
             with program_code():
                 output, event_ms, host_ms = _timer_call(timer, self.model, inputs)
+            _mark(out_fd, b"end")
         except BaseException as exc:
             raise self._run_failure(exc) from None
+        self._await_host()
         self._check_interception("after its call returned")
         self._check_harness_objects(inputs, "the harness's list of the call's inputs")
-        with _harness_only():
+        with harness_only():
             shape = transfer.structure(output)
             try:
                 outputs = measure.flatten_outputs(output)
@@ -307,6 +322,11 @@ class Worker:
             kept, taken = measure.copy_outputs(outputs)
             timer.drain()
         return event_ms, host_ms, kept, taken, aliased, shape
+
+    def _await_host(self) -> None:
+        answer, _ = self.reader.read()
+        if answer.get("cmd") != commands.MARKED:
+            raise WorkerFailure("protocol", "expected the host's word that it read the call's mark")
 
     def _check_harness_objects(self, obj, what: str) -> None:
         from . import measure
@@ -363,7 +383,7 @@ class Worker:
             return {"ok": False, "kind": "protocol", "error": f"no retained call {index!r}"}, []
         taken, self.retained = self.retained[index], []
         try:
-            with _harness_only():
+            with harness_only():
                 blob = measure.serialize_snapshot(taken)
         except measure.HarnessObjectError as exc:
             raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
@@ -420,78 +440,6 @@ def _after_load(value: _T | None) -> _T:
     if value is None:
         raise WorkerFailure("protocol", "the program is not loaded: send load first")
     return value
-
-
-@contextlib.contextmanager
-def _harness_only():
-    """The harness's own tensor work: no torch-function or dispatch mode, no subclass handler
-    runs in it (defence in depth: what it touches is checked to be plain first)."""
-    import torch
-
-    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-        yield
-
-
-def harness_turn() -> None:
-    """From here until the program's code is called again, none of it can run: signals are
-    blocked (a handler the program installed waits; a handler that was already due runs
-    now, still inside the host's bracket of the call) and the garbage collector is off (its
-    callbacks and the finalizers of collected objects are the program's code). Otherwise a
-    program could do the work of its timed calls in the harness's untimed steps after them:
-    a timer's handler or a collector callback that fires while the worker waits or reports."""
-    _signal_mask(signal.SIG_BLOCK, _BLOCKABLE_SIGNALS)
-    _gc_disable()
-
-
-@contextlib.contextmanager
-def program_code():
-    """The program's own code (its import, construction, forward, profile) runs as in any
-    process: the collector on and the signal mask the worker started with. The harness's turn
-    resumes when it returns."""
-    _gc_enable()
-    _signal_mask(signal.SIG_SETMASK, _PROGRAM_SIGNAL_MASK)
-    try:
-        yield
-    finally:
-        harness_turn()
-
-
-def interceptors() -> list[str]:
-    """What is set up to run code inside the harness's steps: torch-function and dispatch
-    modes on their stacks, and Python profile/trace functions."""
-    import torch
-
-    found = []
-    if torch._C._len_torch_function_stack():
-        found.append("a torch-function mode")
-    if torch._C._len_torch_dispatch_stack():
-        found.append("a torch dispatch mode")
-    if _getprofile() is not None:
-        found.append("a profile function")
-    if _gettrace() is not None:
-        found.append("a trace function")
-    return found
-
-
-@contextlib.contextmanager
-def _pinned_to(cpu: int | None):
-    """Run this thread on one CPU core for the block (the host picks the same core for both
-    workers' timed calls), then restore its affinity. A core this worker may not use is ignored."""
-    if cpu is None:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    try:
-        os.sched_setaffinity(0, {cpu})
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 
 
 def _exec_module(name: str, path: str) -> ModuleType:

@@ -6,6 +6,8 @@ candidate is imported, so the candidate cannot swap the clock or the synchronisa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import hashlib
 import io
 import math
@@ -20,6 +22,7 @@ _tensor_type = torch.Tensor
 _save = torch.save
 _manual_seed = torch.manual_seed
 _random_seed = random.seed
+_numpy_seed: Callable[..., None] | None
 try:
     import numpy
 
@@ -43,6 +46,7 @@ _ALL_DTYPES = {str(d): d for d in vars(torch).values() if isinstance(d, torch.dt
 _SCALAR_TYPES = (int, float, bool, complex, str, type(None))
 _python_key = torch._C.DispatchKey.Python
 _dispatch_keys = torch._C._dispatch_keys
+_functorch_wrapped: Callable[..., bool] | None
 try:
     _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 except AttributeError:  # pragma: no cover - older torch
