@@ -4,14 +4,15 @@ on loopback with the real referee (device cpu, tiny timing settings).
 - TRL (1.16.0, the dev extra): `GRPOTrainer._calculate_rewards` itself, on a trainer object
   built without a model (only the attributes that method reads: the model is not involved in
   computing rewards). Skipped when trl is not installed.
-- verl: its packages pin transformers and tensordict builds that conflict with this torch; the
-  way 0.9.1's reward loop loads and calls a custom reward function is restated below.
-- OpenRLHF: its packages need ray, vllm and deepspeed, too heavy for CI. The request and answer
-  formats are pinned from its source instead: 0.8.11 (`remote_rm_utils.remote_rm_fn_ray` posts
-  {"query", "prompts", "labels"} for a batch; `experience_maker.update_samples_with_rewards`
-  applies `torch.as_tensor` to "rewards"/"scores" and `torch.cat` to each "extra_logs" value)
-  and 0.11.2 (`agent.SingleTurnAgentExecutor` posts one sample per request, the prompt
-  possibly cut from the left; `samples_generator` makes `torch.tensor([value])` of each).
+- verl and OpenRLHF: their real reward-calling code runs in tests/test_trainers_real.py (their
+  packages installed beside the venv by scripts/setup_rl_envs.sh). The formats below, pinned from
+  their source, run without them: verl 0.9.1's reward loop (how it loads and calls a custom
+  reward function), and OpenRLHF 0.8.11 (`remote_rm_utils.remote_rm_fn_ray` posts {"query",
+  "prompts", "labels"} for a batch; `experience_maker.update_samples_with_rewards`, which cannot
+  be imported without deepspeed, applies `torch.as_tensor` to "rewards"/"scores" and `torch.cat`
+  to each "extra_logs" value) and 0.11.2 (`agent.SingleTurnAgentExecutor` posts one sample per
+  request, the prompt possibly cut from the left; `samples_generator` makes `torch.tensor([value])`
+  of each).
 """
 
 from __future__ import annotations
