@@ -12,7 +12,8 @@ line (e.g. "verl-0.9 openrlhf-0.11"), a test of that line fails instead of skipp
 broken install cannot pass as skips.
 
 - verl 0.9.1: `trainer.ppo.reward.load_reward_manager` (which loads our file through
-  `get_custom_reward_fn` from `reward.custom_reward_function`), the `naive` reward manager
+  `get_custom_reward_fn` from `reward.custom_reward_function`, by file path and by `pkg://`
+  module), the `naive` reward manager
   inside `RewardLoopWorker.compute_score_batch`, and `RewardLoopManager.compute_rm_score` with
   `extract_reward`, sync and async reward functions.
 - verl 0.6.1: `load_reward_manager` (top-level `custom_reward_function`) and `compute_reward`
@@ -135,8 +136,9 @@ def _check_verl_rewards(reward_tensor: torch.Tensor, extra: dict) -> None:
     assert list(extra["unscorable"]) == [0.0, 0.0, 0.0, 1.0]
 
 
-@pytest.mark.parametrize("name", ["compute_score", "compute_score_async"])
-def test_verl_09_reward_loop_loads_our_file_and_scores_the_response_only(service_url, name, monkeypatch):
+@pytest.mark.parametrize(("name", "path"), [("compute_score", adapters.__file__),  # a file path
+                                            ("compute_score_async", "pkg://kernelopt.rewards.adapters")])
+def test_verl_09_reward_loop_loads_our_file_and_scores_the_response_only(service_url, name, path, monkeypatch):
     _line("verl", "0.9", "1.0")
     from omegaconf import OmegaConf
     from verl.experimental.reward_loop import reward_loop
@@ -148,7 +150,7 @@ def test_verl_09_reward_loop_loads_our_file_and_scores_the_response_only(service
     config = OmegaConf.create({
         "actor_rollout_ref": {"model": {"path": "stub-model", "tokenizer_path": None}},
         "reward": {"num_workers": 1,
-                   "custom_reward_function": {"path": adapters.__file__, "name": name,
+                   "custom_reward_function": {"path": path, "name": name,
                                               "reward_kwargs": {"url": service_url,
                                                                 "reward": "speedup:incorrect=-0.25"}},
                    "reward_manager": {"source": "register", "name": "naive", "module": {"path": None, "name": None}},
@@ -156,7 +158,7 @@ def test_verl_09_reward_loop_loads_our_file_and_scores_the_response_only(service
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)  # what the Ray actor's thread has: the worker keeps this loop
     try:
-        worker = reward_loop.RewardLoopWorker(config)  # loads our file by path (get_custom_reward_fn)
+        worker = reward_loop.RewardLoopWorker(config)  # loads our function (get_custom_reward_fn)
 
         class InlineHandle:  # Ray's actor handle, run in this process
             compute_score_batch = types.SimpleNamespace(
