@@ -49,6 +49,13 @@ def test_a_gap_beyond_the_floor_is_charged_in_full_and_flagged():
     floor = found.floor_ms
     slight = gaps([r + 1.5 * floor for r in ref], ref)
     assert slight.beyond_floor and not slight.flagged and rules.timer_disagrees_with_host(slight) is None
+    # A flag also needs a quarter of the call hidden: a loaded host's preemptions of the reference
+    # move the gaps' difference past two floors, but not by a share of the call (both charged).
+    calls = [0.6] * len(ref)  # the candidate's calls as the host saw them between their marks
+    assert gaps(forged, ref, cand_calls=calls).flagged  # half the call hidden
+    preempted = gaps([r + 0.1 for r in ref], ref, cand_calls=calls)
+    assert preempted.timer.ms > 2 * preempted.floor_ms and preempted.charge_ms == pytest.approx(0.1, abs=0.01)
+    assert not preempted.flagged and rules.timer_disagrees_with_host(preempted) is None
 
 
 def test_an_honest_gap_within_the_floor_is_not_charged():

@@ -145,7 +145,7 @@ def wall_clock_gap(overheads: Overheads) -> Verdict | None:
       family="forging the in-process timer (its start time, its clock, the timer itself)",
       example="hacks/whitebox_timer_start_frame_rewrite.py")
 def timer_disagrees_with_host(found: Gaps) -> Verdict | None:
-    """Between the calls' marks, the host's clocks saw more beyond the candidate's timer than beyond the reference's, past twice the noise floor (its time is the host's from one floor on)."""
+    """Between the calls' marks, the host's clocks saw more beyond the candidate's timer than beyond the reference's, past twice the noise floor and a quarter of the call (its time is the host's from one floor on)."""
     if not found.flagged:
         return None
     return make_verdict("timer_disagrees_with_host", f"the candidate's timer disagrees with the host's clock: "

@@ -118,6 +118,11 @@ def difference(candidate: list[float], reference: list[float]) -> Difference:
 
 
 FLAG_FLOORS = 2.0  # a gap this many noise floors beyond the reference's is flagged, not only charged
+# ... and only when it hides this share of the call as the host saw it: on a loaded host the
+# reference's calls are preempted more in some turns than the candidate's, which moves the
+# difference of the gaps by more than two floors (an honest ReLU copy was flagged in CI); the
+# charge corrects that noise either way, and a flag must mean a forgery (they hide half a call).
+FLAG_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ class Gaps:
     timer: Difference
     arrival: Difference
     calls: int
+    call_ms: float = 0.0  # the candidate's median call between its marks (the host's clocks)
 
     @property
     def beyond_floor(self) -> bool:
@@ -143,7 +149,7 @@ class Gaps:
         """Beyond FLAG_FLOORS floors: the time is the host's from one floor on, but a verdict is
         flagged only where noise is out of the question (a 95 % floor alone would flag one
         honest candidate in twenty, and a flag may cost it its reward)."""
-        return self.calls > 0 and self.timer.ms > FLAG_FLOORS * self.timer.floor_ms
+        return self.calls > 0 and self.timer.ms > max(FLAG_FLOORS * self.timer.floor_ms, FLAG_SHARE * self.call_ms)
 
     @property
     def charge_ms(self) -> float:
@@ -165,11 +171,13 @@ class Gaps:
 
 
 def gaps(cand_gaps: list[float], ref_gaps: list[float], cand_arrivals: Sequence[float] = (),
-         ref_arrivals: Sequence[float] = ()) -> Gaps:
+         ref_arrivals: Sequence[float] = (), cand_calls: Sequence[float] = ()) -> Gaps:
     """The candidate's gaps (marked ms beyond its timer, per call) and end-mark arrivals
-    against the reference's on the same inputs, in pairs; nothing measured is nothing charged."""
+    against the reference's on the same inputs, in pairs; nothing measured is nothing charged.
+    `cand_calls`: the candidate's calls between their marks (for the share a flag needs)."""
     return Gaps(timer=difference(cand_gaps, ref_gaps), arrival=difference(list(cand_arrivals), list(ref_arrivals)),
-                calls=min(len(cand_gaps), len(ref_gaps)))
+                calls=min(len(cand_gaps), len(ref_gaps)),
+                call_ms=statistics.median(cand_calls) if cand_calls else 0.0)
 
 
 def charge(own: list[float], other: list[float]) -> float:

@@ -114,7 +114,8 @@ def timer_gaps(rounds: list[Round]) -> allowance.Gaps:
     reference's, in pairs."""
     cand, ref = [c for c, _ in rounds], [r for _, r in rounds]
     return allowance.gaps(per_call_gaps(cand), per_call_gaps(ref),
-                          [ms for side in cand for ms in side.arrival_ms], [ms for side in ref for ms in side.arrival_ms])
+                          [ms for side in cand for ms in side.arrival_ms], [ms for side in ref for ms in side.arrival_ms],
+                          [ms for side in cand for ms in side.marked_ms])
 
 
 def timing_result(rounds: list[Round], per_round: int, device: str) -> Timing:
