@@ -132,3 +132,50 @@ def fast_options():
         return EvalOptions(**settings)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def service_url():
+    """`kernelopt serve`'s service on loopback over examples/level1, one per test module, with
+    quick CPU settings: the reward adapters', trainers' and RL environments' tests call it."""
+    from kernelopt.kernelbench import load_problem_set
+    from kernelopt.rewards.service import RewardService, start_server
+    from kernelopt.sandbox import EvalOptions
+
+    options = EvalOptions(device="cpu", timing_budget=0.3, correctness_trials=2, warmup_calls=1, min_timed_calls=3,
+                          timeout=120)
+    problems = load_problem_set(EXAMPLES).problems
+    server = start_server(RewardService(problems, options, jobs=2, queue_size=16, request_timeout=300))
+    yield server.url
+    server.stop()
+
+
+class CharTokenizer:
+    """A stand-in for an HF tokenizer in the trainers' tests: one token per character, 0 the
+    padding (a special token)."""
+
+    def __call__(self, text, add_special_tokens=False, return_tensors="pt"):
+        import torch
+
+        return {"input_ids": torch.tensor([[ord(c) for c in text]])}
+
+    def decode(self, ids, skip_special_tokens=False):
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return "".join(chr(i) for i in ids if i or not skip_special_tokens)
+
+
+class ScriptedEngine:
+    """A stand-in for OpenRLHF's vLLM engine: answers from a script (one character a token) and
+    records the prompt it was given each time."""
+
+    def __init__(self, answers):
+        self.answers, self.seen = list(answers), []
+
+    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
+        import types
+
+        self.seen.append("".join(chr(i) for i in token_ids))
+        text = self.answers.pop(0)
+        output = types.SimpleNamespace(token_ids=[ord(c) for c in text], text=text, finish_reason="stop",
+                                       logprobs=None)
+        return types.SimpleNamespace(outputs=[output])

@@ -36,15 +36,6 @@ def answer(code: str) -> str:
     return f"I fused nothing, but this avoids a copy:\n```python\n{code}```\n"
 
 
-@pytest.fixture(scope="module")
-def service_url():
-    options = EvalOptions(device="cpu", timing_budget=0.3, correctness_trials=2, warmup_calls=1, min_timed_calls=3,
-                          timeout=120)
-    server = start_server(RewardService(PROBLEMS, options, jobs=2, queue_size=16, request_timeout=300))
-    yield server.url
-    server.stop()
-
-
 def test_trl_reward_scores_a_batch_of_plain_text_completions(service_url):
     logged, metrics = {}, {}
     reward = make_trl_reward(service_url)

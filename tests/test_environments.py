@@ -23,15 +23,13 @@ import warnings
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, CharTokenizer, ScriptedEngine
 from llm_server import Reply, ScriptedLLMServer
 
 from kernelopt.kernelbench import load_problem_set
 from kernelopt.rewards.adapters import RewardWarning
 from kernelopt.rewards.environments import EpisodeError, KernelEpisode, turn_feedback, verdict_text
 from kernelopt.rewards.environments import openrlhf_agent, trl_env
-from kernelopt.rewards.service import RewardService, start_server
-from kernelopt.sandbox import EvalOptions
 
 HONEST = (REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py").read_text()
 WRONG = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
@@ -43,15 +41,6 @@ CLOSED_URL = "http://127.0.0.1:9"  # nothing listens there
 
 def fenced(code: str) -> str:
     return f"Here it is.\n```python\n{code}```"
-
-
-@pytest.fixture(scope="module")
-def service_url():
-    options = EvalOptions(device="cpu", timing_budget=0.3, correctness_trials=2, warmup_calls=1, min_timed_calls=3,
-                          timeout=120)
-    server = start_server(RewardService(PROBLEMS, options, jobs=2, queue_size=16, request_timeout=300))
-    yield server.url
-    server.stop()
 
 
 # -- the episode -----------------------------------------------------------------------------------
@@ -248,29 +237,6 @@ def test_verifiers_environment_rolls_out_and_scores_with_the_referee(service_url
 
 # -- OpenRLHF 0.11: the agent file, through MultiTurnAgentExecutor.execute -------------------------
 
-class _CharTokenizer:
-    """A stand-in for the HF tokenizer: one token per character."""
-
-    def __call__(self, text, add_special_tokens=False, return_tensors="pt"):
-        return {"input_ids": torch.tensor([[ord(c) for c in text]])}
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(chr(i) for i in ids)
-
-
-class _ScriptedEngine:
-    """A stand-in for the vLLM engine: answers from a script, records what it was given."""
-
-    def __init__(self, answers):
-        self.answers, self.seen = list(answers), []
-
-    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
-        self.seen.append("".join(chr(i) for i in token_ids))
-        text = self.answers.pop(0)
-        output = types.SimpleNamespace(token_ids=[ord(c) for c in text], text=text, finish_reason="stop",
-                                       logprobs=None)
-        return types.SimpleNamespace(outputs=[output])
-
 
 def _agent_settings(monkeypatch, url: str, max_turns: int = 3) -> None:
     monkeypatch.setenv("KERNELOPT_REWARD_URL", url)
@@ -295,16 +261,16 @@ def test_openrlhf_executor_runs_our_agent_file(service_url, monkeypatch, tmp_pat
     executor = module.AgentExecutor()
 
     prompt = "<|im_start|>user\nWrite ModelNew for ReLU.<|im_end|>\n<|im_start|>assistant\n"
-    engine = _ScriptedEngine(["I would fuse it.", fenced(WRONG), fenced(HONEST)])
+    engine = ScriptedEngine(["I would fuse it.", fenced(WRONG), fenced(HONEST)])
     params = types.SimpleNamespace(max_tokens=None, logprobs=None)
-    result = asyncio.run(executor.execute(prompt, "1/1", params, 10**6, _CharTokenizer(), engine))
+    result = asyncio.run(executor.execute(prompt, "1/1", params, 10**6, CharTokenizer(), engine))
     assert result["reward"] == pytest.approx(1.0) and result["scores"] == 1.0  # the sum of the steps: the best turn
     assert len(result["action_ranges"]) == 3 and engine.answers == []
     assert result["extra_logs"]["kernelopt_turns"] == 3.0 and result["extra_logs"]["kernelopt_speedup"] > 0
     # The second and third generations saw the verdicts in ChatML user turns.
     assert engine.seen[1].endswith("<|im_end|>\n<|im_start|>assistant\n") and "verdict: format_error" in engine.seen[1]
     assert "<|im_start|>user\nverdict: incorrect" in engine.seen[2]
-    text = _CharTokenizer().decode(result["observation_tokens"])
+    text = CharTokenizer().decode(result["observation_tokens"])
     assert text.startswith(prompt) and text.endswith(fenced(HONEST))  # the last turn adds no feedback
 
 

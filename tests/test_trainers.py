@@ -27,23 +27,10 @@ import pytest
 import torch
 from conftest import REPO
 
-from kernelopt.kernelbench import load_problem_set
 from kernelopt.rewards import adapters
-from kernelopt.rewards.service import RewardService, start_server
-from kernelopt.sandbox import EvalOptions
 
 HONEST = (REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py").read_text()
 WRONG = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
-PROBLEMS = load_problem_set(REPO / "examples" / "level1").problems
-
-
-@pytest.fixture(scope="module")
-def service_url():
-    options = EvalOptions(device="cpu", timing_budget=0.3, correctness_trials=2, warmup_calls=1, min_timed_calls=3,
-                          timeout=120)
-    server = start_server(RewardService(PROBLEMS, options, jobs=2, queue_size=16, request_timeout=300))
-    yield server.url
-    server.stop()
 
 
 def _grpo_trainer_without_a_model(reward_funcs: list):

@@ -37,21 +37,17 @@ from importlib import metadata
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, CharTokenizer, ScriptedEngine
 from packaging.version import Version
 from test_trainers import _openrlhf_08_update_samples_with_rewards
 
-from kernelopt.kernelbench import load_problem_set
 from kernelopt.rewards import adapters
-from kernelopt.rewards.service import RewardService, start_server
-from kernelopt.sandbox import EvalOptions
 
 HONEST = (REPO / "examples" / "candidates" / "1_ReLU" / "relu_clamp.py").read_text()
 WRONG = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
 if not os.environ.get("KERNELOPT_TRAINERS") and not any(importlib.util.find_spec(p) for p in ("verl", "openrlhf")):
     pytest.skip("neither verl nor openrlhf is installed: scripts/setup_rl_envs.sh", allow_module_level=True)
 
-PROBLEMS = load_problem_set(REPO / "examples" / "level1").problems
 # A refine prompt that holds a correct ModelNew: its code must never be credited.
 PROMPT = f"<|im_start|>user\nMake this faster:\n```python\n{HONEST}```<|im_end|>\n<|im_start|>assistant\n"
 
@@ -74,26 +70,6 @@ def _line(package: str, low: str, high: str) -> None:
     if wanted in os.environ.get("KERNELOPT_TRAINERS", "").split():
         pytest.fail(message)
     pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def service_url():
-    options = EvalOptions(device="cpu", timing_budget=0.3, correctness_trials=2, warmup_calls=1, min_timed_calls=3,
-                          timeout=120)
-    server = start_server(RewardService(PROBLEMS, options, jobs=2, queue_size=16, request_timeout=300))
-    yield server.url
-    server.stop()
-
-
-class _CharTokenizer:
-    """A stand-in for the HF tokenizer: one token per character, 0 the padding (a special token)."""
-
-    def __call__(self, text, add_special_tokens=False, return_tensors="pt"):
-        return {"input_ids": torch.tensor([[ord(c) for c in text]])}
-
-    def decode(self, ids, skip_special_tokens=False):
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return "".join(chr(i) for i in ids if i or not skip_special_tokens)
 
 
 # -- verl ------------------------------------------------------------------------------------------
@@ -144,7 +120,7 @@ def test_verl_09_reward_loop_loads_our_file_and_scores_the_response_only(service
     from verl.experimental.reward_loop import reward_loop
     from verl.trainer.ppo.reward import extract_reward
 
-    tokenizer = _CharTokenizer()
+    tokenizer = CharTokenizer()
     monkeypatch.setattr(reward_loop, "copy_to_local", lambda path, **kwargs: path)
     monkeypatch.setattr(reward_loop, "hf_tokenizer", lambda path, **kwargs: tokenizer)  # no model files
     config = OmegaConf.create({
@@ -187,7 +163,7 @@ def test_verl_06_compute_reward_with_the_naive_manager_loads_our_file(service_ur
         "custom_reward_function": {"path": adapters.__file__, "name": "compute_score",
                                    "reward_kwargs": {"url": service_url, "reward": "speedup:incorrect=-0.25"}},
         "reward_model": {"reward_manager": "naive"}, "data": {"reward_fn_key": "data_source"}})
-    reward_fn = load_reward_manager(config, _CharTokenizer(), num_examine=0)
+    reward_fn = load_reward_manager(config, CharTokenizer(), num_examine=0)
     with pytest.warns(UserWarning, match="unscorable.*unknown problem id '8/88'"):  # the loaded file's class
         reward_tensor, extra = compute_reward(_verl_batch(VERL_SAMPLES), reward_fn)
     _check_verl_rewards(reward_tensor, extra)
@@ -195,26 +171,14 @@ def test_verl_06_compute_reward_with_the_naive_manager_loads_our_file(service_ur
 
 # -- OpenRLHF ----------------------------------------------------------------------------------------
 
-class _ScriptedEngine:
-    """A stand-in for the vLLM engine: answers from a script, records the prompt it was given."""
-
-    def __init__(self, answers):
-        self.answers, self.seen = list(answers), []
-
-    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
-        self.seen.append("".join(chr(i) for i in token_ids))
-        text = self.answers.pop(0)
-        output = types.SimpleNamespace(token_ids=[ord(c) for c in text], finish_reason="stop", logprobs=None)
-        return types.SimpleNamespace(outputs=[output])
-
 
 def _rollout(executor, answer: str, label: str = "1/1", cut: int = 0) -> tuple[dict, str]:
     """One rollout through 0.11's executor: max_length leaves the prompt `cut` characters short,
     which 0.11 cuts from the left."""
-    engine = _ScriptedEngine([answer])
+    engine = ScriptedEngine([answer])
     params = types.SimpleNamespace(max_tokens=len(answer) + 1, logprobs=None)
     result = asyncio.run(executor.execute(PROMPT, label, params, len(PROMPT) + len(answer) + 1 - cut,
-                                          _CharTokenizer(), engine))
+                                          CharTokenizer(), engine))
     return result, engine.seen[0]
 
 
