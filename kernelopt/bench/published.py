@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelopt.bench.rescore import Solution
+from kernelopt.kernelbench import syntax
 from kernelopt.kernelbench import Problem, ProblemError, ProblemSet, problem_from_source
 from kernelopt.kernelbench.metrics import geometric_mean
 
@@ -146,7 +147,7 @@ def _name(entry: dict) -> str:
         if isinstance(entry.get(key), str) and entry[key].strip():
             return _stem(re.sub(r"^\d+_", "", entry[key].strip().removesuffix(".py")))
     try:
-        tree = ast.parse(entry["ref_code"])
+        tree = syntax.parse(entry["ref_code"])
     except SyntaxError:
         return "Model"
     for node in tree.body:

@@ -13,6 +13,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from kernelopt.kernelbench import syntax
 from kernelopt.kernelbench.backends import expected_format
 
 EXPECTED_FORMAT = expected_format("cuda")  # the wording when no backend is named
@@ -257,7 +258,7 @@ def _simple_run_end(lines: list[str], start: int, failed: int) -> int:
 
 def _parse(code: str) -> ast.Module | SyntaxError:
     try:
-        return ast.parse(code)
+        return syntax.parse(code)
     except SyntaxError as exc:
         return exc
     except (ValueError, RecursionError) as exc:  # null bytes, absurd nesting

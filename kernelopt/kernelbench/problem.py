@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelopt.kernelbench import syntax
+
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 # "19_ReLU.py" -> id 19, name "ReLU"; "level1" / "level_2" in a parent folder -> level.
@@ -82,7 +84,7 @@ def problem_from_source(source: str, path: str = "<memory>", name: str | None = 
 def check_problem_source(source: str, path: str) -> None:
     """Raise ProblemError unless the source parses and defines the KernelBench names."""
     try:
-        tree = ast.parse(source, filename=path)
+        tree = syntax.parse(source, filename=path)
     except SyntaxError as exc:
         raise ProblemError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from exc
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting

@@ -19,6 +19,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelopt.kernelbench import syntax
 from kernelopt.kernelbench.problem import REQUIRED_NAMES
 from kernelopt.model.loading import InitCall, LoadedModel, record_constructors
 
@@ -178,7 +179,7 @@ def class_name(loaded: LoadedModel, cls, imports: set[str]) -> str:
 def model_code_without_entry_points(source: str) -> str:
     """The model file minus its top-level Model, get_inputs and get_init_inputs (decorators and
     all), comments and everything else kept."""
-    tree = ast.parse(source)
+    tree = syntax.parse(source)
     lines = source.splitlines()
     drop: set[int] = set()
     for node in tree.body:
@@ -202,7 +203,7 @@ def check_control_flow(loaded: LoadedModel, module) -> None:
             code = textwrap.dedent(inspect.getsource(cls.forward))
         except (OSError, TypeError):
             continue
-        for node in ast.walk(ast.parse(code)):
+        for node in ast.walk(syntax.parse(code)):
             if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
                 test = ast.unparse(node.test)
                 if _DATA_TESTS.search(test):

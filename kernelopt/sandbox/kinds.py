@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 
+from kernelopt.kernelbench import syntax
+
 # Kinds that mean a custom kernel; without one of them a candidate is labelled "pytorch".
 CUSTOM_KERNEL_KINDS = ("cpp_extension", "cuda_extension", "triton", "nvrtc_kernel")
 
@@ -52,7 +54,7 @@ def names_used(source: str) -> set[str]:
     """Dotted names the code refers to, with import aliases resolved
     (`import triton.language as tl; tl.load` -> 'triton.language.load')."""
     try:
-        tree = ast.parse(source)
+        tree = syntax.parse(source)
     except SyntaxError:
         return set()
     aliases: dict[str, str] = {}
