@@ -5,23 +5,18 @@ it targets and what the referee must conclude (see HEADER_KEYS). One parametrize
 evaluates it and checks the verdict. Cases with the same problem and options run one after the
 other through one shared Evaluator (warm reference worker, pre-started candidate workers, kept
 reference outputs), so the corpus proves the warm path; cases whose options differ get an
-Evaluator of their own. The escape families (network, files, secrets) need host-side
-setup and have explicit tests below, built from tests/adversarial/templates/; so do malformed
-problems and candidates.
+Evaluator of their own. The escape families (network, files, secrets) need host-side set-up
+and are tests/test_escapes.py; malformed problems and candidates are
+tests/test_bad_input_verdicts.py. Both use this module's helpers (referee_options,
+evaluate_file, describe).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import re
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -231,7 +226,7 @@ def discover() -> list[Path]:
 
 
 def _mark(name: str):
-    # `bwrap` is not registered in pyproject's marker list; do not warn about it at collection.
+    # `cupy` and `triton` (the case imports that package) are not registered markers: no warning.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
         return getattr(pytest.mark, name)
@@ -275,7 +270,7 @@ def _evaluator_group(path: Path) -> tuple[str, str]:
 # Running the referee
 
 
-def _options(device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, **extra):
+def referee_options(device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, **extra):
     from kernelopt.sandbox import EvalOptions
 
     settings = dict(
@@ -289,7 +284,7 @@ def _options(device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, **extra):
 
 
 def _case_options(case: Case):
-    return _options(
+    return referee_options(
         device="cuda" if "gpu" in case.markers else "cpu",
         timeout=case.timeout,
         memory_limit=case.memory_limit,
@@ -298,7 +293,7 @@ def _case_options(case: Case):
     )
 
 
-def _evaluate(problem_path: Path, source: str, options):
+def evaluate_file(problem_path: Path, source: str, options):
     from kernelopt.kernelbench import load_problem
     from kernelopt.sandbox import evaluate
 
@@ -559,347 +554,3 @@ def _median_of_three(case: Case, first, judge):
     median = next(r for r in results if r.speedup == speedups[1])
     problems = check_verdict(case, median, elapsed=0.0)
     return median, [f"{p} (median of 3: {', '.join(f'{s:.3f}' for s in speedups)})" for p in problems]
-
-
-# ---------------------------------------------------------------------------------------------
-# Escape families: host-side setup around a template
-
-
-def _fill(template: str, **values: str) -> str:
-    source = (TEMPLATES / template).read_text(encoding="utf-8")
-    for key, value in values.items():
-        source = source.replace("{" + key + "}", value)
-    return source
-
-
-class _Listener:
-    """A TCP (and, where the port is free, UDP) listener on 127.0.0.1 that records contacts."""
-
-    def __init__(self):
-        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind(("127.0.0.1", 0))
-        self.tcp.listen(16)
-        self.tcp.settimeout(0.2)
-        self.port = self.tcp.getsockname()[1]
-        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            self.udp.bind(("127.0.0.1", self.port))
-            self.udp.settimeout(0.2)
-        except OSError:
-            self.udp.close()
-            self.udp = None
-        self.contacts: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-
-    def _serve(self):
-        while not self._stop.is_set():
-            try:
-                conn, addr = self.tcp.accept()
-            except (socket.timeout, TimeoutError):
-                conn = None
-            except OSError:
-                break
-            if conn is not None:
-                with conn:
-                    conn.settimeout(1.0)
-                    try:
-                        data = conn.recv(4096)
-                    except OSError:
-                        data = b""
-                self.contacts.append(f"tcp from {addr}: {data!r}")
-            if self.udp is not None:
-                try:
-                    data, addr = self.udp.recvfrom(4096)
-                    self.contacts.append(f"udp from {addr}: {data!r}")
-                except (socket.timeout, TimeoutError, OSError):
-                    pass
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        time.sleep(0.5)  # let a late connection land before stopping
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.tcp.close()
-        if self.udp is not None:
-            self.udp.close()
-
-
-def test_network_escape_is_blocked():
-    with _Listener() as listener:
-        source = _fill("network_escape.py", PORT=str(listener.port))
-        result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options())
-    assert not listener.contacts, (
-        f"the candidate reached the host's loopback: {listener.contacts}\n{describe(result)}"
-    )
-    assert result.status == "correct", describe(result)
-    assert result.isolation is not None and result.isolation.network_isolated, describe(result)
-
-
-@_mark("bwrap")
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
-def test_file_escape_is_blocked(tmp_path):
-    token = secrets.token_hex(8)
-    outside = tmp_path / "outside" / "escaped.txt"
-    tmp_escape = Path(f"/tmp/kernelopt_escape_{token}")
-    sentinel = REPO / f".kernelopt_escape_sentinel_{token}"
-    repo_new = REPO / f"kernelopt_escape_{token}.txt"
-    problem_copy = tmp_path / "level1" / "1_ReLU.py"
-    problem_copy.parent.mkdir()
-    shutil.copyfile(PROBLEMS / "1_ReLU.py", problem_copy)
-    problem_before = problem_copy.read_bytes()
-    sentinel_text = f"sentinel {token}\n"
-    sentinel.write_text(sentinel_text)
-    try:
-        source = _fill(
-            "file_escape.py",
-            PATH=str(outside),
-            TMP_ESCAPE=str(tmp_escape),
-            REPO_FILE=str(sentinel),
-            REPO_NEW=str(repo_new),
-            PROBLEM_FILE=str(problem_copy),
-        )
-        result = _evaluate(problem_copy, source, _options(isolation="bubblewrap"))
-        leaks = []
-        if outside.exists():
-            leaks.append(f"wrote {outside}")
-        if tmp_escape.exists():
-            leaks.append(f"wrote {tmp_escape}")
-        if repo_new.exists():
-            leaks.append(f"created {repo_new}")
-        if sentinel.read_text() != sentinel_text:
-            leaks.append(f"modified {sentinel}")
-        if problem_copy.read_bytes() != problem_before:
-            leaks.append(f"modified the problem file {problem_copy}")
-        assert not leaks, f"file escape: {leaks}\n{describe(result)}"
-        assert result.isolation is not None and result.isolation.backend == "bubblewrap", describe(result)
-        assert result.isolation.filesystem_confined, describe(result)
-        assert result.status == "correct", describe(result)
-    finally:
-        for path in (sentinel, repo_new, tmp_escape):
-            try:
-                path.unlink()
-            except (FileNotFoundError, IsADirectoryError, PermissionError):
-                pass
-
-
-ENV_SECRETS = {"OPENAI_API_KEY": "sk-kernelopt-test-secret-123", "HF_TOKEN": "hf_kernelopt_test_456"}
-
-
-@pytest.fixture
-def planted_process_secret():
-    """Another host process (like the user's shell) with a secret in its environment."""
-    secret = f"kernelopt-proc-secret-{secrets.token_hex(6)}"
-    env = dict(os.environ, KERNELOPT_OTHER_PROCESS_TOKEN=secret)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield secret
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def _assert_no_leak(result, planted: dict[str, str]):
-    dump = result.model_dump_json()
-    leaked = [name for name, value in planted.items() if value in dump]
-    assert not leaked, f"secrets leaked into the EvalResult: {leaked}\n{describe(result)}"
-
-
-@pytest.mark.parametrize("raise_with_loot", [False, True], ids=["prints", "raises"])
-def test_environment_secrets_do_not_leak(monkeypatch, planted_process_secret, raise_with_loot):
-    for name, value in ENV_SECRETS.items():
-        monkeypatch.setenv(name, value)
-    source = _fill("secrets_leak.py", RAISE="1" if raise_with_loot else "0")
-    result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options())
-    _assert_no_leak(result, {**ENV_SECRETS, "other process": planted_process_secret})
-    if raise_with_loot:
-        assert result.status == "runtime_error", describe(result)
-    else:
-        assert result.status == "correct", describe(result)
-        # The candidate's output is kept (tail) - the check above is not vacuous.
-        assert "LOOT" in result.candidate_output, describe(result)
-
-
-@_mark("bwrap")
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
-def test_home_dotfile_secrets_do_not_leak(monkeypatch, tmp_path):
-    home = tmp_path / "home"
-    (home / ".aws").mkdir(parents=True)
-    netrc_secret = f"kernelopt-netrc-secret-{secrets.token_hex(6)}"
-    env_file_secret = f"sk-kernelopt-envfile-secret-{secrets.token_hex(6)}"
-    aws_secret = f"kernelopt-aws-secret-{secrets.token_hex(6)}"
-    (home / ".netrc").write_text(f"machine example.com login me password {netrc_secret}\n")
-    (home / ".env").write_text(f"OPENAI_API_KEY={env_file_secret}\n")
-    (home / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key = {aws_secret}\n")
-    monkeypatch.setenv("HOME", str(home))
-    for name, value in ENV_SECRETS.items():
-        monkeypatch.setenv(name, value)
-    source = _fill("secrets_leak.py", RAISE="0")
-    result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options(isolation="bubblewrap"))
-    _assert_no_leak(
-        result,
-        {**ENV_SECRETS, ".netrc": netrc_secret, ".env": env_file_secret, ".aws": aws_secret},
-    )
-    assert result.status == "correct", describe(result)
-
-
-# ---------------------------------------------------------------------------------------------
-# Malformed problems and candidates
-
-RELU_CANDIDATE = """
-import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-"""
-
-BROKEN_PROBLEMS = {
-    "syntax_error": "import torch\nclass Model(torch.nn.Module)\n    pass\n",
-    "missing_get_inputs": (
-        "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-        "        return x\n\ndef get_init_inputs():\n    return []\n"
-    ),
-    "model_not_a_class": (
-        "import torch\n\ndef Model():\n    return torch.nn.ReLU()\n\n"
-        "def get_inputs():\n    return [torch.randn(4, 4)]\n\ndef get_init_inputs():\n    return []\n"
-    ),
-    "model_is_a_value": (
-        "import torch\n\nModel = torch.nn.ReLU\n\n"
-        "def get_inputs():\n    return [torch.randn(4, 4)]\n\ndef get_init_inputs():\n    return []\n"
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(BROKEN_PROBLEMS))
-def test_broken_problem_is_refused(tmp_path, name):
-    from kernelopt.kernelbench import ProblemError, load_problem
-
-    path = tmp_path / f"1_{name}.py"
-    path.write_text(BROKEN_PROBLEMS[name])
-    with pytest.raises(ProblemError) as excinfo:
-        load_problem(path)
-    assert str(path) in str(excinfo.value)
-    assert isinstance(excinfo.value, ValueError)
-
-
-def test_missing_problem_file_is_refused(tmp_path):
-    from kernelopt.kernelbench import ProblemError, load_problem
-
-    path = tmp_path / "7_Missing.py"
-    with pytest.raises(ProblemError) as excinfo:
-        load_problem(path)
-    assert str(path) in str(excinfo.value)
-
-
-FAILING_PROBLEMS = {
-    "get_inputs_raises": (
-        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
-        "    def forward(self, x):\n        return torch.relu(x)\n\n"
-        "def get_inputs():\n    raise RuntimeError('problem bug: cannot build inputs')\n\n"
-        "def get_init_inputs():\n    return []\n"
-    ),
-    "get_init_inputs_raises": (
-        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
-        "    def forward(self, x):\n        return torch.relu(x)\n\n"
-        "def get_inputs():\n    return [torch.randn(8, 8)]\n\n"
-        "def get_init_inputs():\n    raise RuntimeError('problem bug: cannot build init inputs')\n"
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(FAILING_PROBLEMS))
-def test_problem_failing_at_runtime_raises_problem_error(tmp_path, name):
-    from kernelopt.kernelbench import ProblemError, load_problem
-
-    path = tmp_path / f"1_{name}.py"
-    path.write_text(FAILING_PROBLEMS[name])
-    load_problem(path)  # statically fine
-    with pytest.raises(ProblemError) as excinfo:
-        _evaluate(path, RELU_CANDIDATE, _options(timeout=60))
-    assert str(path) in str(excinfo.value), str(excinfo.value)
-
-
-BAD_CANDIDATES = {
-    "syntax_error": (
-        "compile_error",
-        "import torch\nclass ModelNew(torch.nn.Module)\n    def forward(self, x):\n"
-        "        return torch.relu(x)\n",
-    ),
-    "no_model_new": (
-        "compile_error",
-        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
-        "    def forward(self, x):\n        return torch.relu(x)\n",
-    ),
-    "model_new_not_a_module": (
-        "compile_error runtime_error",
-        "import torch\n\ndef ModelNew():\n    return torch.nn.ReLU()\n",
-    ),
-    "init_raises": (
-        "runtime_error",
-        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n"
-        "        raise ValueError('init failed on purpose')\n\n"
-        "    def forward(self, x):\n        return torch.relu(x)\n",
-    ),
-    "import_raises": (
-        "runtime_error compile_error",
-        "import torch\nimport torch.nn as nn\n\nraise ImportError('no such kernel library')\n\n"
-        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n",
-    ),
-    "forward_raises": (
-        "runtime_error",
-        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n\n"
-        "    def forward(self, x):\n        raise RuntimeError('forward failed on purpose')\n",
-    ),
-    "wrong_init_signature": (
-        "runtime_error compile_error",
-        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-        "    def __init__(self, a, b, c):\n        super().__init__()\n\n"
-        "    def forward(self, x):\n        return torch.relu(x)\n",
-    ),
-    "wrong_output_shape": (
-        "incorrect",
-        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n\n"
-        "    def forward(self, x):\n        return torch.relu(x).t().contiguous()\n",
-    ),
-    "wrong_output_count": (
-        "incorrect rejected",
-        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n\n"
-        "    def forward(self, x):\n        y = torch.relu(x)\n        return y, y.clone()\n",
-    ),
-    "returns_none": (
-        "rejected incorrect runtime_error",
-        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n\n"
-        "    def forward(self, x):\n        return None\n",
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(BAD_CANDIDATES))
-def test_bad_candidate_verdict(name):
-    expected, source = BAD_CANDIDATES[name]
-    result = _evaluate(PROBLEMS / "1_ReLU.py", source, _options(timeout=60))
-    assert result.status in expected.split(), f"expected {expected}\n{describe(result)}"
-    assert not result.correct
-    assert result.speedup is None or result.status == "correct", describe(result)
-    if name in ("init_raises", "forward_raises", "import_raises"):
-        # The candidate's own error must reach whoever reads the verdict.
-        text = result.message + result.candidate_output
-        assert "on purpose" in text or "no such kernel library" in text, describe(result)
