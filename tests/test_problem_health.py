@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import pytest
@@ -77,6 +78,21 @@ def test_a_failing_reference_and_one_that_does_not_fit(fast_options):
     hog = written(forward="        y = torch.ones(1 << 30)  # 4 GiB\n        return x + y[:1]")
     health = health_of(hog, fast_options, memory_limit=1 << 30)
     assert health.flags == ["does_not_fit"], health.details
+
+
+def test_inputs_beyond_the_hosts_memory_budget_do_not_fit(monkeypatch, example, fast_options):
+    # A probe asks for four input sets of 16 MiB each. The host refuses a reply it has no room
+    # for before reading it (KernelBench v0.1 problems with GiBs of inputs ran the host of a
+    # bench run out of memory, and the run died), and the problem is flagged, not the host.
+    big = problem_from_source(TEMPLATE.replace("torch.randn(64, 256)", "torch.randn(4096, 1024)")
+                              .format(init="        pass", forward="        return x"), path="level1/9_Big.py")
+    resident = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    monkeypatch.setenv("KERNELOPT_HOST_MEMORY", str(resident + (32 << 20)))
+    health = health_of(big, fast_options)
+    assert health.flags == ["does_not_fit"], health.details
+    assert "out of memory on the host" in health.details[0] and "KERNELOPT_HOST_MEMORY" in health.details[0]
+    monkeypatch.setenv("KERNELOPT_HOST_MEMORY", str(resident + (512 << 20)))
+    assert health_of(big, fast_options).healthy
 
 
 def test_judging_still_works_after_a_probe(example, fast_options):

@@ -65,3 +65,26 @@ def test_a_write_to_a_reader_that_stopped_reading_ends_at_the_deadline(pipe):
     with pytest.raises(wire.ChannelTimeout):
         wire.write_frame(write_fd, {"cmd": "call"}, [b"x" * (4 << 20)], deadline=begin + 0.3)
     assert 0.25 <= time.monotonic() - begin < 5
+
+
+def test_a_blob_larger_than_a_pipe_read_arrives_whole_and_is_held_once(pipe):
+    # Written by a thread while read: the blob crosses the pipe in many partial reads, part of
+    # it already buffered with the header. Neither side copies it whole again: a reply of input
+    # sets is gigabytes, and the reader used to hold three copies of it.
+    import threading
+    import tracemalloc
+
+    read_fd, write_fd = pipe
+    blob = bytes(range(256)) * (3 << 14)  # 12 MiB
+    writer = threading.Thread(target=wire.write_frame, args=(write_fd, {"big": True}, [blob, b"tail"]))
+    tracemalloc.start()
+    try:
+        writer.start()
+        header, blobs = wire.FrameReader(read_fd).read(time.monotonic() + 30)
+        writer.join()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.25 * len(blob), f"{peak / len(blob):.2f} copies of the blob at the peak"
+    assert header["big"] is True and blobs[1] == b"tail"
+    assert len(blobs[0]) == len(blob) and blobs[0] == blob

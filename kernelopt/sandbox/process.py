@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
+from kernelopt.sandbox.sizes import parse_size
 from kernelopt.sandbox.worker import commands, wire
 
 _SANDBOX_DIR = Path(__file__).resolve().parent  # holds the `worker` package
@@ -37,6 +38,30 @@ PLACEMENT_WINDOW_BYTES = 32 << 20  # written once up front: where a round's inpu
 # The kernel's memory limit of a worker's group, where a memory controller covers it: a backstop
 # above the watchdog's (it also counts page cache), against allocations faster than its interval.
 KERNEL_MEMORY_MARGIN = 1.125
+HOST_MEMORY_SHARE = 4  # the host holds what workers send within a quarter of the RAM
+
+
+def host_memory_budget() -> int:
+    """The resident memory the host may reach by reading what workers send (input sets, outputs):
+    a quarter of the RAM, or `KERNELOPT_HOST_MEMORY` (a size: 512M, 6G). The workers' default
+    limits are 3/8 of the RAM each (device.default_memory_limit), so the three fit together;
+    without such a budget, a KernelBench problem whose input sets are a few GiB grew the host
+    past what the workers left, the kernel killed it, and a `bench` run died with it."""
+    configured = os.environ.get("KERNELOPT_HOST_MEMORY")
+    if configured:
+        try:
+            return parse_size(configured)
+        except ValueError as exc:
+            raise SandboxError(f"KERNELOPT_HOST_MEMORY: {exc}") from None
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // HOST_MEMORY_SHARE
+
+
+def host_memory_room() -> int:
+    """How many more bytes the host may read from workers now: its budget less its resident
+    memory (input slots' shared pages included)."""
+    with open("/proc/self/statm") as statm:
+        resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return max(0, host_memory_budget() - resident)
 
 
 class WorkerDied(RuntimeError):
@@ -100,7 +125,7 @@ class WorkerProcess:
         os.close(cmd_read)
         os.close(out_write)
         os.set_blocking(self._cmd_write, False)  # sends wait with a deadline (see send)
-        self._reader = wire.FrameReader(self._out_read, max_blob_bytes=max_reply_bytes)
+        self._reader = wire.FrameReader(self._out_read, max_blob_bytes=max_reply_bytes, room=host_memory_room)
         self._stop_watch = threading.Event()
         threading.Thread(target=self._watch_memory, daemon=True).start()
 
@@ -136,6 +161,12 @@ class WorkerProcess:
             raise WorkerTimeout(f"{self.role} worker did not answer in time") from None
         except wire.ChannelClosed:
             raise self._death() from None
+        except wire.BlobsTooLarge as exc:
+            self.kill()
+            raise WorkerDied(f"{self.role} worker's reply needs {exc.size / 2**30:.2f} GiB of the host's memory, "
+                             f"which has room for {exc.limit / 2**30:.2f} GiB more within its budget of "
+                             f"{host_memory_budget() / 2**30:.2f} GiB (a quarter of the RAM; KERNELOPT_HOST_MEMORY "
+                             "sets it): out of memory on the host") from None
         except wire.ProtocolError as exc:
             self.kill()
             raise WorkerDied(f"{self.role} worker broke the protocol: {exc}") from None

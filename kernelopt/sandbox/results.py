@@ -36,7 +36,7 @@ class EvalOptions(BaseModel):
     timeout: float = Field(300.0, gt=0, description="wall-clock limit of the whole evaluation in seconds")
     memory_limit: int | None = Field(
         None, gt=0, description="resident memory per worker in bytes, or on the command line a size such as "
-                                "8G; default: half of the host's RAM"
+                                "8G; default: 3/8 of the host's RAM (two workers and the host fit)"
     )
     correctness_trials: int = Field(5, ge=1, le=100, description="input sets on which the outputs are compared")
     atol: float = Field(1e-2, ge=0, description="absolute tolerance of the output comparison")
