@@ -25,6 +25,7 @@ it can leak between them (docs/referee.md, "The Evaluator"):
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import random
 import secrets
@@ -142,6 +143,12 @@ class Evaluator:
             self._starter.close()
         if self._root is not None and not self.options.keep_scratch:
             shutil.rmtree(self._root, ignore_errors=True)
+        # The reference's trials (inputs and outputs) and the last session's data are held in
+        # reference cycles (bound methods kept by the objects they belong to): without a
+        # collection they outlived the Evaluator until Python's next full one, and a bench run's
+        # host grew by GiBs over the problems of KernelBench v0.1.
+        self._expected = self._reference_profile = None
+        gc.collect()
 
     @property
     def reference_pid(self) -> int | None:

@@ -12,6 +12,7 @@ prints goes to a log file the host reads back, size-capped.
 from __future__ import annotations
 
 import fcntl
+import gc
 import mmap
 import os
 import signal
@@ -56,9 +57,18 @@ def host_memory_budget() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // HOST_MEMORY_SHARE
 
 
-def host_memory_room() -> int:
-    """How many more bytes the host may read from workers now: its budget less its resident
-    memory (input slots' shared pages included)."""
+def host_memory_room(needed: int) -> int:
+    """How many bytes the host may read from workers now: its budget less its resident memory
+    (input slots' shared pages included). Where that is less than `needed`, garbage is
+    collected first: an evaluation's data lives in reference cycles until a full collection."""
+    room = _room_now()
+    if room < needed:
+        gc.collect()
+        room = _room_now()
+    return room
+
+
+def _room_now() -> int:
     with open("/proc/self/statm") as statm:
         resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     return max(0, host_memory_budget() - resident)

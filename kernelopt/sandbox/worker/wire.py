@@ -72,10 +72,10 @@ def _write_all(fd: int, data: memoryview, deadline: float | None) -> None:
 class FrameReader:
     """Reads frames from a file descriptor, optionally with a deadline (time.monotonic)."""
 
-    def __init__(self, fd: int, max_blob_bytes: int = 1 << 40, room: Callable[[], int] | None = None):
+    def __init__(self, fd: int, max_blob_bytes: int = 1 << 40, room: Callable[[int], int] | None = None):
         self.fd = fd
         self.max_blob_bytes = max_blob_bytes
-        self.room = room  # how many bytes of blobs the reader may take on now (the host's memory)
+        self.room = room  # given a frame's blob bytes, how many the reader may take on now
         self._buffer = bytearray()
 
     def read(self, deadline: float | None = None) -> tuple[dict, list[bytes]]:
@@ -93,7 +93,7 @@ class FrameReader:
             raise ProtocolError("header field 'blobs' must list non-negative sizes")
         limit = self.max_blob_bytes
         if self.room is not None and sum(sizes) > ROOM_CHECKED_ABOVE:  # not in every call's answer
-            limit = min(limit, self.room())
+            limit = min(limit, self.room(sum(sizes)))
         if sum(sizes) > limit:
             raise BlobsTooLarge(sum(sizes), limit)
         blobs = [self._read_exact(size, deadline) for size in sizes]
