@@ -35,9 +35,10 @@ def resolve_device(requested: str) -> str:
 
 def default_memory_limit() -> int:
     """Resident memory per worker when the options name none: 3/8 of the host's RAM, so that the
-    two workers of an evaluation and the host's own quarter (process.host_memory_budget) fit
-    together. (At half each, a problem with gigabytes of inputs could take all of the RAM
-    without any one of the three passing its limit, and the kernel then killed the host.)"""
+    two workers of an evaluation leave a quarter to the host. (At half each, a problem with
+    gigabytes of inputs could take all of the RAM without either worker passing its limit, and
+    the kernel killed the host; the host also checks the machine's available memory before it
+    reads a large reply: process.host_memory_room.)"""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 8
 
 

@@ -39,28 +39,30 @@ PLACEMENT_WINDOW_BYTES = 32 << 20  # written once up front: where a round's inpu
 # The kernel's memory limit of a worker's group, where a memory controller covers it: a backstop
 # above the watchdog's (it also counts page cache), against allocations faster than its interval.
 KERNEL_MEMORY_MARGIN = 1.125
-HOST_MEMORY_SHARE = 4  # the host holds what workers send within a quarter of the RAM
+HOST_MEMORY_EIGHTHS = 3  # the host holds what workers send within 3/8 of the RAM, as a worker may...
+AVAILABLE_RESERVE_SHARE = 16  # ...and only while the machine keeps 1/16 of it available
 
 
 def host_memory_budget() -> int:
     """The resident memory the host may reach by reading what workers send (input sets, outputs):
-    a quarter of the RAM, or `KERNELOPT_HOST_MEMORY` (a size: 512M, 6G). The workers' default
-    limits are 3/8 of the RAM each (device.default_memory_limit), so the three fit together;
-    without such a budget, a KernelBench problem whose input sets are a few GiB grew the host
-    past what the workers left, the kernel killed it, and a `bench` run died with it."""
+    3/8 of the RAM, as each worker by default, or `KERNELOPT_HOST_MEMORY` (a size: 512M, 6G)."""
     configured = os.environ.get("KERNELOPT_HOST_MEMORY")
     if configured:
         try:
             return parse_size(configured)
         except ValueError as exc:
             raise SandboxError(f"KERNELOPT_HOST_MEMORY: {exc}") from None
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // HOST_MEMORY_SHARE
+    return _ram() * HOST_MEMORY_EIGHTHS // 8
 
 
 def host_memory_room(needed: int) -> int:
-    """How many bytes the host may read from workers now: its budget less its resident memory
-    (input slots' shared pages included). Where that is less than `needed`, garbage is
-    collected first: an evaluation's data lives in reference cycles until a full collection."""
+    """How many bytes the host may read from workers now: the least of its budget less its
+    resident memory (input slots' shared pages included) and what the machine has available
+    beyond a reserve of 1/16 of the RAM (for the workers, which grow while the host reads).
+    Without such a check, a KernelBench problem whose input sets are GiBs took the machine's
+    memory, the kernel killed the host, and a `bench` run died with it. Where the room is less
+    than `needed`, garbage is collected first: an evaluation's data lives in reference cycles
+    until a full collection."""
     room = _room_now()
     if room < needed:
         gc.collect()
@@ -69,9 +71,27 @@ def host_memory_room(needed: int) -> int:
 
 
 def _room_now() -> int:
+    page = os.sysconf("SC_PAGE_SIZE")
     with open("/proc/self/statm") as statm:
-        resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return max(0, host_memory_budget() - resident)
+        resident = int(statm.read().split()[1]) * page
+    return max(0, min(host_memory_budget() - resident, _available() - _ram() // AVAILABLE_RESERVE_SHARE))
+
+
+def _ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _available() -> int:
+    """MemAvailable of /proc/meminfo (the kernel's estimate of what can be allocated without
+    swapping), in bytes; the free pages where the file says nothing of it."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 class WorkerDied(RuntimeError):
@@ -174,9 +194,10 @@ class WorkerProcess:
         except wire.BlobsTooLarge as exc:
             self.kill()
             raise WorkerDied(f"{self.role} worker's reply needs {exc.size / 2**30:.2f} GiB of the host's memory, "
-                             f"which has room for {exc.limit / 2**30:.2f} GiB more within its budget of "
-                             f"{host_memory_budget() / 2**30:.2f} GiB (a quarter of the RAM; KERNELOPT_HOST_MEMORY "
-                             "sets it): out of memory on the host") from None
+                             f"which has room for {exc.limit / 2**30:.2f} GiB more (its budget is "
+                             f"{host_memory_budget() / 2**30:.2f} GiB, 3/8 of the RAM unless KERNELOPT_HOST_MEMORY "
+                             "sets it, and 1/16 of the RAM is kept available for the workers): out of memory on "
+                             "the host") from None
         except wire.ProtocolError as exc:
             self.kill()
             raise WorkerDied(f"{self.role} worker broke the protocol: {exc}") from None
