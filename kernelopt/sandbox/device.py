@@ -39,7 +39,12 @@ def default_memory_limit() -> int:
     gigabytes of inputs could take all of the RAM without either worker passing its limit, and
     the kernel killed the host; the host also checks the machine's available memory before it
     reads a large reply: process.host_memory_room.)"""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 8
+    return ram_bytes() * 3 // 8
+
+
+def ram_bytes() -> int:
+    """The host's physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def timing_cpus(options: EvalOptions, device: str) -> list[int] | None:

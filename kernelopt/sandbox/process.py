@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
+from kernelopt.sandbox.device import ram_bytes
 from kernelopt.sandbox.sizes import parse_size
 from kernelopt.sandbox.worker import commands, wire
 
@@ -52,7 +53,7 @@ def host_memory_budget() -> int:
             return parse_size(configured)
         except ValueError as exc:
             raise SandboxError(f"KERNELOPT_HOST_MEMORY: {exc}") from None
-    return _ram() * HOST_MEMORY_EIGHTHS // 8
+    return ram_bytes() * HOST_MEMORY_EIGHTHS // 8
 
 
 def host_memory_room(needed: int) -> int:
@@ -74,11 +75,7 @@ def _room_now() -> int:
     page = os.sysconf("SC_PAGE_SIZE")
     with open("/proc/self/statm") as statm:
         resident = int(statm.read().split()[1]) * page
-    return max(0, min(host_memory_budget() - resident, _available() - _ram() // AVAILABLE_RESERVE_SHARE))
-
-
-def _ram() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(0, min(host_memory_budget() - resident, _available() - ram_bytes() // AVAILABLE_RESERVE_SHARE))
 
 
 def _available() -> int:

@@ -91,11 +91,11 @@ class FrameReader:
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes
         ):
             raise ProtocolError("header field 'blobs' must list non-negative sizes")
-        limit = self.max_blob_bytes
-        if self.room is not None and sum(sizes) > ROOM_CHECKED_ABOVE:  # not in every call's answer
-            limit = min(limit, self.room(sum(sizes)))
-        if sum(sizes) > limit:
-            raise BlobsTooLarge(sum(sizes), limit)
+        total, limit = sum(sizes), self.max_blob_bytes
+        if self.room is not None and total > ROOM_CHECKED_ABOVE:  # not in every call's answer
+            limit = min(limit, self.room(total))
+        if total > limit:
+            raise BlobsTooLarge(total, limit)
         blobs = [self._read_exact(size, deadline) for size in sizes]
         return header, blobs
 
