@@ -178,6 +178,31 @@ def test_memory_counts_every_member(group):
     assert started.walk.memory_bytes() < size  # the walk never reaches the helper
 
 
+# Writes `size` bytes to a tmpfs file (no mapping: nobody's resident memory), says so, and sleeps.
+_WRITES_TMPFS = textwrap.dedent("""
+    import sys, time
+    with open(sys.argv[1], "wb") as held:
+        for _ in range(int(sys.argv[2]) >> 20):
+            held.write(bytes(1 << 20))
+    print("written", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_memory_counts_a_tmpfs_file_where_a_controller_charges_it(group, tmp_path):
+    made, start = group
+    if not made.mechanism.memory or not os.path.isdir("/dev/shm"):
+        pytest.skip(f"no memory controller covers {made.mechanism.name} groups here")
+    size, path = 200 << 20, f"/dev/shm/kernelopt-test-{os.getpid()}"
+    try:
+        started = start(_WRITES_TMPFS, path, str(size))
+        assert started.first_line == "written"
+        assert made.memory_bytes() >= size
+        assert started.walk.memory_bytes() < size  # no process holds it resident
+    finally:
+        os.unlink(path)
+
+
 def test_the_kernel_memory_limit_kills_past_it(group):
     made, start = group
     if not made.mechanism.memory:

@@ -338,10 +338,27 @@ class Group:
         return values[0] / 1e9 if values else None
 
     def memory_bytes(self) -> int:
-        """The resident memory of every member (read through a live thread where the leader has
-        exited): what the host's watchdog holds to the limit. Resident memory, not the memory
-        controller's count, which also holds reclaimable page cache."""
-        return sum(resident_bytes(pid) for pid in self.members())
+        """The memory the group holds that no reclaim can free: what the host's watchdog holds to
+        the limit. The resident memory of every member (read through a live thread where the
+        leader has exited), or, where a memory controller covers the group and counts more, its
+        anonymous and shared-memory pages: a file written to a tmpfs is held by nobody's
+        resident memory, and the controller's whole count also holds reclaimable page cache."""
+        resident = sum(resident_bytes(pid) for pid in self.members())
+        return max(resident, self._unreclaimable_charge())
+
+    def _unreclaimable_charge(self) -> int:
+        """Anonymous plus shared-memory bytes charged to the group (its memory.stat); 0 without
+        a memory controller."""
+        if not self.mechanism.memory:
+            return 0
+        stat = (self.paths["unified"] if self.v2 else self.paths["memory"]) / "memory.stat"
+        wanted = ("anon", "shmem") if self.v2 else ("rss", "shmem")
+        try:
+            lines = stat.read_text().splitlines()
+        except OSError:
+            return 0
+        values = dict(line.partition(" ")[::2] for line in lines)
+        return sum(int(values[key]) for key in wanted if values.get(key, "").isdigit())
 
     def oom_killed(self) -> bool:
         """Whether the kernel's memory limit killed a task of the group."""

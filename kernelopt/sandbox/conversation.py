@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import rules
-from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.process import HostOutOfRoom, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.records import InputSet, RunReply, input_sets
 from kernelopt.sandbox.worker import commands
 
@@ -93,8 +93,19 @@ class Conversation:
 
     def attribute(self, worker: WorkerProcess, exc: Exception) -> Exception:
         if worker is self.reference:
+            if isinstance(exc, HostOutOfRoom):
+                rules.enforce(self._room_taken(exc))  # ends here when the candidate's memory is why
             return ProblemError(self.problem.path, f"the reference worker failed: {exc}\n{worker.log_tail()[-2000:]}")
         return exc
+
+    def _room_taken(self, refused: HostOutOfRoom) -> rules.Verdict | None:
+        """The reference's reply was refused for want of memory: the candidate's verdict when its
+        worker's memory beyond the reference's is why (a candidate that allocates GiBs could
+        otherwise turn its evaluation, and a batch's, into the problem's error)."""
+        if self.candidate is None:
+            return None
+        return rules.host_memory_taken(self.candidate.contained.memory_bytes(), refused.worker_bytes,
+                                       refused.needed, refused.available_room, refused.budget_room)
 
     def protocol_error(self, worker: WorkerProcess, expected: str) -> None:
         if worker is self.reference:

@@ -42,6 +42,10 @@ PLACEMENT_WINDOW_BYTES = 32 << 20  # written once up front: where a round's inpu
 KERNEL_MEMORY_MARGIN = 1.125
 HOST_MEMORY_EIGHTHS = 3  # the host holds what workers send within 3/8 of the RAM, as a worker may...
 AVAILABLE_RESERVE_SHARE = 16  # ...and only while the machine keeps 1/16 of it available
+# Whom the kernel kills first when the machine runs out of memory (oom_score_adj, -1000..1000):
+# the candidate's worker, then the reference's, never the host before them. Memory no watchdog
+# sees (a tmpfs file, an unmapped memfd) must not cost the run its host.
+OOM_SCORE_ADJ = {"candidate": 1000, "reference": 500}
 
 
 def host_memory_budget() -> int:
@@ -72,10 +76,17 @@ def host_memory_room(needed: int) -> int:
 
 
 def _room_now() -> int:
+    return max(0, min(room_parts()))
+
+
+def room_parts() -> tuple[int, int]:
+    """The two bounds of the host's room (bytes): what its budget leaves beyond its resident
+    memory, and what the machine's available memory leaves beyond the reserve. Only the
+    second depends on the workers (a worker that holds GiBs takes it)."""
     page = os.sysconf("SC_PAGE_SIZE")
     with open("/proc/self/statm") as statm:
         resident = int(statm.read().split()[1]) * page
-    return max(0, min(host_memory_budget() - resident, _available() - ram_bytes() // AVAILABLE_RESERVE_SHARE))
+    return host_memory_budget() - resident, _available() - ram_bytes() // AVAILABLE_RESERVE_SHARE
 
 
 def _available() -> int:
@@ -91,12 +102,38 @@ def _available() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
+def kernel_oom_kills() -> int:
+    """How many processes the kernel's OOM killer has killed since boot (/proc/vmstat); 0 where
+    it does not say."""
+    try:
+        with open("/proc/vmstat") as vmstat:
+            for line in vmstat:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 class WorkerDied(RuntimeError):
     """The worker exited (or was killed) before replying."""
 
     def __init__(self, description: str, memory_exceeded: bool = False):
         super().__init__(description)
         self.memory_exceeded = memory_exceeded
+
+
+class HostOutOfRoom(WorkerDied):
+    """The host refused a worker's reply of `needed` bytes for want of memory, before reading
+    any of it. `budget_room` and `available_room`: the two bounds of its room then
+    (`room_parts`); `worker_bytes`: the refused worker's resident memory then. Whom to blame is
+    the conversation's call: a candidate holding far more than the reference can take the
+    machine's memory the reference's reply needs."""
+
+    def __init__(self, description: str, needed: int, budget_room: int, available_room: int, worker_bytes: int):
+        super().__init__(description)
+        self.needed, self.budget_room, self.available_room = needed, budget_room, available_room
+        self.worker_bytes = worker_bytes
 
 
 class SandboxError(RuntimeError):
@@ -115,6 +152,7 @@ class WorkerProcess:
         self.memory_limit = memory_limit
         self.memory_exceeded = False
         (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+        self._oom_kills_at_start = kernel_oom_kills()
         self.log_path = scratch.parent / f"{role}.log"
         cmd_read, self._cmd_write = os.pipe()
         self._out_read, out_write = os.pipe()
@@ -189,12 +227,14 @@ class WorkerProcess:
         except wire.ChannelClosed:
             raise self._death() from None
         except wire.BlobsTooLarge as exc:
+            budget_room, available_room = room_parts()
+            worker_bytes = self.contained.memory_bytes()
             self.kill()
-            raise WorkerDied(f"{self.role} worker's reply needs {exc.size / 2**30:.2f} GiB of the host's memory, "
+            raise HostOutOfRoom(f"{self.role} worker's reply needs {exc.size / 2**30:.2f} GiB of the host's memory, "
                              f"which has room for {exc.limit / 2**30:.2f} GiB more (its budget is "
                              f"{host_memory_budget() / 2**30:.2f} GiB, 3/8 of the RAM unless KERNELOPT_HOST_MEMORY "
                              "sets it, and 1/16 of the RAM is kept available for the workers): out of memory on "
-                             "the host") from None
+                             "the host", exc.size, budget_room, available_room, worker_bytes) from None
         except wire.ProtocolError as exc:
             self.kill()
             raise WorkerDied(f"{self.role} worker broke the protocol: {exc}") from None
@@ -209,6 +249,11 @@ class WorkerProcess:
             self.memory_exceeded = True
             return WorkerDied(f"{self.role} worker exceeded the memory limit of "
                               f"{self.memory_limit / 2**30:.2f} GiB and was killed", True)
+        if code == -signal.SIGKILL and kernel_oom_kills() > self._oom_kills_at_start:
+            self.memory_exceeded = True
+            return WorkerDied(f"{self.role} worker was killed by the kernel when the machine ran out of memory "
+                              "(exceeded the memory the machine could give; the candidate's worker is the "
+                              "kernel's first choice)", True)
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else -code
             return WorkerDied(f"{self.role} worker was killed by signal {name}")
@@ -236,6 +281,7 @@ class WorkerProcess:
         """Call once the worker said hello: the processes of the sandbox (bwrap, the worker)
         and the threads of the group at that point are the harness's own."""
         self.worker_pid = process_tree.leaf_of_chain(self.process.pid)
+        self._rank_for_the_oom_killer()
         if isinstance(self.contained, process_tree.TreeWalk):
             self.contained.worker_pid = self.worker_pid
         self.baseline_processes = len(self._members())
@@ -243,6 +289,20 @@ class WorkerProcess:
 
     def _members(self) -> list[int]:
         return self.contained.members()
+
+    def _rank_for_the_oom_killer(self) -> None:
+        """Set the group's processes' OOM priority (OOM_SCORE_ADJ), before any of the program's
+        code runs: what they start inherits it, and lowering it again needs a privilege the
+        sandboxes drop. Where it cannot be written, the kernel's own choice stands."""
+        adjust = OOM_SCORE_ADJ.get(self.role)
+        if adjust is None:
+            return
+        for pid in self._members():
+            try:
+                with open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+                    handle.write(str(adjust))
+            except OSError:
+                pass
 
     def extra_processes(self) -> int:
         """Processes in the worker's group beyond the harness's own, read by the host from the

@@ -33,6 +33,25 @@ def memory_limit(error: str, exceeded: bool) -> Verdict | None:
     return make_verdict("memory_limit", error) if exceeded else None
 
 
+@rule("host_memory_taken", status="rejected", flag="memory_limit",
+      family="memory hogs (the machine's memory taken from the reference's data)")
+def host_memory_taken(candidate_bytes: int, reference_bytes: int, needed: int, available_room: int,
+                      budget_room: int) -> Verdict | None:
+    """The candidate's memory beyond the reference's left the host no room for the reference's reply.
+
+    Without that excess the reply would have fit; a reply that would not fit anyway, or that
+    the host's own budget refused, stays the problem's (does_not_fit)."""
+    excess = candidate_bytes - reference_bytes
+    if available_room >= needed or budget_room < needed or excess <= 0 or available_room + excess < needed:
+        return None  # the candidate's memory is not why: the problem does not fit this machine
+    gib = 2**30
+    return make_verdict("host_memory_taken", (
+        f"the candidate's worker held {candidate_bytes / gib:.2f} GiB, {excess / gib:.2f} GiB more than the "
+        f"reference's, and the machine no longer had room for the reference's reply of {needed / gib:.2f} GiB "
+        f"({max(available_room, 0) / gib:.2f} GiB available beyond the reserve): the candidate's memory took "
+        "the evaluation's room"))
+
+
 @rule("worker_died", status="runtime_error", family="os._exit, segfaults, signals",
       example="hacks/crash_segfault_in_forward.py")
 def worker_died(error: str) -> Verdict:

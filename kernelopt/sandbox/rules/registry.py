@@ -80,6 +80,8 @@ NO_CORPUS_EXAMPLE: dict[str, str] = {
                       "depending on the host's load (whitebox_shrink_timer_instance expects either)",
     "uncontained": "the machine's property, not the candidate's: tests/test_containment.py forces "
                    "KERNELOPT_CONTAINMENT=none and checks that the verdict is flagged",
+    "host_memory_taken": "needs a machine whose available memory a candidate can exhaust; tests/test_host_memory.py "
+                         "fakes the machine's available memory around real workers",
     "memory_limit": "the memory hogs end as memory_limit or as a worker death, by which the allocator hits first",
 }
 
