@@ -10,7 +10,12 @@ sample of the problem) into the problem's error. The machine's available memory 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +178,87 @@ def test_the_candidate_is_the_kernels_first_choice_when_the_machine_runs_out_of_
     if result.isolation.backend == "none" and os.geteuid() == 0:
         pytest.skip("the none backend keeps root's privileges: the candidate may lower its rank")
     assert result.status == "correct", result.message
+
+
+# -- the machine running out: a small "machine" (a v1 memory cgroup) around host and workers -----
+
+MACHINE_RUN = '''
+import json, os, sys
+with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as procs:
+    procs.write(str(os.getpid()))
+from kernelopt.kernelbench import ProblemError, problem_from_source
+from kernelopt.sandbox import EvalOptions, evaluate
+problem = problem_from_source(open(sys.argv[2]).read(), path="level1/1_Double.py")
+try:
+    result = evaluate(problem, open(sys.argv[3]).read(), EvalOptions(device="cpu", timing_budget=1.0,
+                                                                      min_timed_calls=3, timeout=120))
+    print(json.dumps({"status": result.status, "rules": result.rules, "message": result.message}))
+except ProblemError as exc:
+    print(json.dumps({"problem_error": str(exc)}))
+'''
+
+GIB = 1 << 30
+
+
+class SmallMachine:
+    """A v1 memory cgroup the test's evaluation runs in (host and workers), whose limit plays
+    the machine's RAM; removed afterwards."""
+
+    def __init__(self, root: Path, name: str):
+        self.path = root / name
+        self.path.mkdir()
+
+    def run(self, tmp_path: Path, problem: str, candidate: str, limit: int | None) -> tuple[dict, int]:
+        if limit is not None:
+            (self.path / "memory.limit_in_bytes").write_text(str(limit))
+        (tmp_path / "problem.py").write_text(problem)
+        (tmp_path / "candidate.py").write_text(candidate)
+        done = subprocess.run([sys.executable, "-c", MACHINE_RUN, str(self.path), str(tmp_path / "problem.py"),
+                               str(tmp_path / "candidate.py")], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]  # the host survived
+        peak = int((self.path / "memory.max_usage_in_bytes").read_text())
+        return json.loads(done.stdout.strip().splitlines()[-1]), peak
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:  # its last processes are still exiting
+                time.sleep(0.1)
+
+
+@pytest.fixture
+def small_machine():
+    root = Path("/sys/fs/cgroup/memory")
+    if os.geteuid() != 0 or not (root / "cgroup.procs").exists():
+        pytest.skip("needs root and a v1 memory hierarchy to make a small machine")
+    if containment.current().memory:
+        pytest.skip("the workers' own memory groups would not be inside the small machine")
+    own = Path(open("/proc/self/cgroup").read().split("memory:", 1)[1].split("\n", 1)[0].lstrip("/"))
+    machine = SmallMachine(root / own, f"kernelopt-test-machine-{os.getpid()}")
+    yield machine
+    machine.remove()
+
+
+def holding(source: str, gib: float) -> str:
+    """The module `source` with `gib` GiB held (touched) from its import on."""
+    return source.replace("class ", f"_HELD = torch.ones({int(gib * GIB) // 4})\n\n\nclass ", 1)
+
+
+SMALL = PROBLEM.replace("torch.randn(2048, 2048)", "torch.randn(64, 64)")
+
+
+def test_an_evaluation_the_machine_cannot_hold_is_the_problems_and_the_host_survives(small_machine, tmp_path):
+    # Measured first without a limit: what host and workers take for a small problem.
+    base, peak = small_machine.run(tmp_path, SMALL, HONEST, limit=None)
+    assert base["status"] == "correct", base
+    limit = peak + int(1.5 * GIB)
+    # The problem holds a GiB in each worker: the two cannot both fit. The kernel kills the
+    # candidate's worker (its first choice); it held what the reference holds: the problem's.
+    too_big, _ = small_machine.run(tmp_path, holding(SMALL, 1.0), HONEST, limit)
+    assert "does not fit this machine's memory" in too_big.get("problem_error", ""), too_big
+    # A candidate that holds two GiB on a problem that fits: its verdict, and the host survives.
+    hog, _ = small_machine.run(tmp_path, SMALL, holding(HONEST, 2.0), limit)
+    assert hog.get("status") == "rejected" and "memory_limit" in hog["rules"], hog
+    assert "machine ran out of memory" in hog["message"]

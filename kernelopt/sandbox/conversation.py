@@ -17,11 +17,12 @@ from pydantic import ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import rules
-from kernelopt.sandbox.process import HostOutOfRoom, WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.process import HostOutOfRoom, MachineOutOfMemory, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.records import InputSet, RunReply, input_sets
 from kernelopt.sandbox.worker import commands
 
 SETTLE_S = 30.0  # for the reference to finish a run a candidate's verdict cut short
+OOM_MARGIN_BYTES = 256 << 20  # what a fast allocation adds between two of the watchdog's samples
 
 
 class Conversation:
@@ -96,6 +97,10 @@ class Conversation:
             if isinstance(exc, HostOutOfRoom):
                 rules.enforce(self._room_taken(exc))  # ends here when the candidate's memory is why
             return ProblemError(self.problem.path, f"the reference worker failed: {exc}\n{worker.log_tail()[-2000:]}")
+        if isinstance(exc, MachineOutOfMemory) and self._does_not_fit(exc):
+            return ProblemError(self.problem.path, "the evaluation does not fit this machine's memory (the host and "
+                                f"both workers together): {exc}, no more than the reference's "
+                                f"{self.reference.contained.memory_bytes() / 2**30:.2f} GiB")
         return exc
 
     def _room_taken(self, refused: HostOutOfRoom) -> rules.Verdict | None:
@@ -106,6 +111,14 @@ class Conversation:
             return None
         return rules.host_memory_taken(self.candidate.contained.memory_bytes(), refused.worker_bytes,
                                        refused.needed, refused.available_room, refused.budget_room)
+
+    def _does_not_fit(self, killed: MachineOutOfMemory) -> bool:
+        """The kernel killed the candidate's worker (its first choice) when the machine ran out:
+        the problem's fault where the candidate held no more than the reference does (a fifth
+        more, and what the watchdog's interval can miss), the candidate's otherwise."""
+        if self.reference is None or self.reference.process.poll() is not None:
+            return False
+        return killed.peak_bytes <= self.reference.contained.memory_bytes() * 1.2 + OOM_MARGIN_BYTES
 
     def protocol_error(self, worker: WorkerProcess, expected: str) -> None:
         if worker is self.reference:

@@ -136,6 +136,16 @@ class HostOutOfRoom(WorkerDied):
         self.worker_bytes = worker_bytes
 
 
+class MachineOutOfMemory(WorkerDied):
+    """The kernel's OOM killer took the worker: the machine ran out of memory. Whom to blame is
+    the conversation's call (`peak_bytes`: the most the watchdog saw the worker hold): a
+    candidate that held far more than the reference, or an evaluation that does not fit."""
+
+    def __init__(self, description: str, peak_bytes: int):
+        super().__init__(description, memory_exceeded=True)
+        self.peak_bytes = peak_bytes
+
+
 class SandboxError(RuntimeError):
     """The harness itself failed (a worker could not start): neither party is at fault."""
 
@@ -153,6 +163,7 @@ class WorkerProcess:
         self.memory_exceeded = False
         (scratch / "tmp").mkdir(parents=True, exist_ok=True)
         self._oom_kills_at_start = kernel_oom_kills()
+        self.peak_bytes = 0  # the most the watchdog saw the group hold
         self.log_path = scratch.parent / f"{role}.log"
         cmd_read, self._cmd_write = os.pipe()
         self._out_read, out_write = os.pipe()
@@ -249,11 +260,13 @@ class WorkerProcess:
             self.memory_exceeded = True
             return WorkerDied(f"{self.role} worker exceeded the memory limit of "
                               f"{self.memory_limit / 2**30:.2f} GiB and was killed", True)
-        if code == -signal.SIGKILL and kernel_oom_kills() > self._oom_kills_at_start:
+        # SIGKILL, seen directly or through the sandbox's wrapper (bwrap exits 128 + the signal).
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and kernel_oom_kills() > self._oom_kills_at_start:
             self.memory_exceeded = True
-            return WorkerDied(f"{self.role} worker was killed by the kernel when the machine ran out of memory "
-                              "(exceeded the memory the machine could give; the candidate's worker is the "
-                              "kernel's first choice)", True)
+            return MachineOutOfMemory(f"{self.role} worker was killed by the kernel when the machine ran out of "
+                                      f"memory (it held up to {self.peak_bytes / 2**30:.2f} GiB; the candidate's "
+                                      "worker is the kernel's first choice, the reference's the next)",
+                                      self.peak_bytes)
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else -code
             return WorkerDied(f"{self.role} worker was killed by signal {name}")
@@ -398,7 +411,9 @@ class WorkerProcess:
         while not self._stop_watch.wait(_WATCH_INTERVAL_S):
             if self.process.poll() is not None and not self._members():
                 return
-            if self.contained.memory_bytes() > self.memory_limit:
+            held = self.contained.memory_bytes()
+            self.peak_bytes = max(self.peak_bytes, held)
+            if held > self.memory_limit:
                 self.memory_exceeded = True
                 self.kill()
                 return

@@ -30,7 +30,7 @@ from kernelopt.sandbox import census, correctness, isolation, kinds, profiling, 
 from kernelopt.sandbox.build_serving import BuildServer
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
-from kernelopt.sandbox.process import WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.process import MachineOutOfMemory, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.records import InputSet, ReferenceTrials
 from kernelopt.sandbox.results import (
     Check, Environment, EvalOptions, EvalResult, Flag, Isolation, Profile, Status, Timing,
@@ -79,6 +79,7 @@ class CandidateSession:
         self.expected: ReferenceTrials | None = None  # the reference's trial results
         self.candidate_load: dict = {}
         self.problem_code_failed: rules.ProblemCodeFailed | None = None
+        self.killed_by_machine: MachineOutOfMemory | None = None  # the kernel's OOM kill while loading
         self.workdir: Path | None = None  # the candidate worker's directory, once taken
         self.aborted = False
         self._paused_at = self.started  # when prepare ended: the candidate's clock stopped
@@ -201,6 +202,9 @@ class CandidateSession:
         except rules.ProblemCodeFailed as failure:
             self.problem_code_failed = failure  # judged once the reference has loaded
             return
+        except MachineOutOfMemory as exc:  # whose memory it was is judged once the reference has loaded
+            self.killed_by_machine = exc
+            return
         except WorkerDied as exc:  # the problem's own import (os._exit) may have killed it: the same rule
             if exc.memory_exceeded:
                 raise
@@ -215,6 +219,8 @@ class CandidateSession:
         ref, _ = self.conversation.ask(self.reference, self._load_message(self.reference.scratch, False))
         if self.problem_code_failed is not None:
             raise self.problem_code_failed
+        if self.killed_by_machine is not None:
+            raise self.conversation.attribute(self.candidate, self.killed_by_machine)
         self.environment = ref.get("environment")
         self._census()
         rules.enforce(rules.init_inputs_changed(self.candidate_load.get("init_digest"), ref.get("init_digest")))
