@@ -79,12 +79,18 @@ def timing_phase(timer: Timer, checks: list[Check]) -> Timing:
     budget."""
     options, deadline = timer.options, timer.conversation.deadline
     begin = time.monotonic()
-    warm = timed_round(timer, options.warmup_calls, 0)
-    harness_s = (time.monotonic() - begin) / (2 * options.warmup_calls)  # per call, all included
+    # Each worker keeps a copy of every call's outputs until the round's sampled comparison, so
+    # no round, the warm-up included, takes more calls than fit ROUND_BYTES (KernelBench's
+    # 81_conv_transposed_2D at v0.1 has 0.83 GB outputs: with a warm-up of three calls the two
+    # workers and the host together ran the 24 GiB machine out of memory).
+    fitting = max(1, correctness.ROUND_BYTES // timer.bytes_per_call)
+    warmup = min(options.warmup_calls, fitting)
+    warm = timed_round(timer, warmup, 0)
+    harness_s = (time.monotonic() - begin) / (2 * warmup)  # per call, all included
     slowest_s = max(statistics.fmean(side.timer_ms) for side in warm) / 1e3
     per_round = max(1, min(MAX_CALLS_PER_ROUND, int(ROUND_TARGET_S / max(slowest_s, 1e-6)),
                            int(ROUND_WALL_TARGET_S / max(harness_s, 1e-6)),
-                           correctness.ROUND_BYTES // timer.bytes_per_call))
+                           fitting))
     # One discarded round of the measured size: allocator and caches reach the state the
     # measured rounds will see (the first round of a fresh process is often much slower).
     timed_round(timer, per_round, 1)
