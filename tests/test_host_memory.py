@@ -253,12 +253,30 @@ def test_an_evaluation_the_machine_cannot_hold_is_the_problems_and_the_host_surv
     # Measured first without a limit: what host and workers take for a small problem.
     base, peak = small_machine.run(tmp_path, SMALL, HONEST, limit=None)
     assert base["status"] == "correct", base
-    limit = peak + int(1.5 * GIB)
-    # The problem holds a GiB in each worker: the two cannot both fit. The kernel kills the
+    limit = peak + 2 * GIB
+    # The problem holds 1.5 GiB in each worker: the two cannot both fit. The kernel kills the
     # candidate's worker (its first choice); it held what the reference holds: the problem's.
-    too_big, _ = small_machine.run(tmp_path, holding(SMALL, 1.0), HONEST, limit)
+    too_big, _ = small_machine.run(tmp_path, holding(SMALL, 1.5), HONEST, limit)
     assert "does not fit this machine's memory" in too_big.get("problem_error", ""), too_big
-    # A candidate that holds two GiB on a problem that fits: its verdict, and the host survives.
-    hog, _ = small_machine.run(tmp_path, SMALL, holding(HONEST, 2.0), limit)
+    # A candidate that holds 3 GiB on a problem that fits: its verdict, and the host survives.
+    hog, _ = small_machine.run(tmp_path, SMALL, holding(HONEST, 3.0), limit)
     assert hog.get("status") == "rejected" and "memory_limit" in hog["rules"], hog
     assert "machine ran out of memory" in hog["message"]
+
+
+def test_memory_no_watchdog_sees_that_runs_the_machine_out_is_the_candidates(small_machine, tmp_path, shm_file):
+    # A tmpfs file is nobody's resident memory: the candidate's worker looks no bigger than the
+    # reference's, but what was seen cannot explain the machine running out, so it is blamed
+    # (else any candidate could turn its verdict, and a bench run's problem, into the problem's error).
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    base, peak = small_machine.run(tmp_path, SMALL, HONEST, limit=None)
+    assert base["status"] == "correct", base
+    filler = HONEST.replace("class ModelNew", f"""with open({SHM_FILE!r}, "wb") as _held:
+    for _ in range(192):
+        _held.write(bytes(16 << 20))
+
+
+class ModelNew""")
+    hidden, _ = small_machine.run(tmp_path, SMALL, filler, peak + 2 * GIB)
+    assert hidden.get("status") == "rejected" and "memory_limit" in hidden["rules"], hidden

@@ -17,7 +17,9 @@ from pydantic import ValidationError
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.sandbox import rules
-from kernelopt.sandbox.process import HostOutOfRoom, MachineOutOfMemory, WorkerDied, WorkerProcess, WorkerTimeout
+from kernelopt.sandbox.device import machine_memory_bytes
+from kernelopt.sandbox.process import (HostOutOfRoom, MachineOutOfMemory, WorkerDied, WorkerProcess, WorkerTimeout,
+                                      host_resident_bytes)
 from kernelopt.sandbox.records import InputSet, RunReply, input_sets
 from kernelopt.sandbox.worker import commands
 
@@ -115,10 +117,16 @@ class Conversation:
     def _does_not_fit(self, killed: MachineOutOfMemory) -> bool:
         """The kernel killed the candidate's worker (its first choice) when the machine ran out:
         the problem's fault where the candidate held no more than the reference does (a fifth
-        more, and what the watchdog's interval can miss), the candidate's otherwise."""
+        more, and what the watchdog's interval can miss) and what the host and both workers
+        were seen to hold explains the machine running out (3/4 of its memory); the
+        candidate's otherwise. Memory no one sees (a tmpfs file, an unmapped memfd, on a
+        machine without a memory controller for the groups) can only be the candidate's code."""
         if self.reference is None or self.reference.process.poll() is not None:
             return False
-        return killed.peak_bytes <= self.reference.contained.memory_bytes() * 1.2 + OOM_MARGIN_BYTES
+        reference_bytes = self.reference.contained.memory_bytes()
+        seen = killed.peak_bytes + reference_bytes + host_resident_bytes()
+        return (killed.peak_bytes <= reference_bytes * 1.2 + OOM_MARGIN_BYTES
+                and seen >= machine_memory_bytes() * 3 // 4)
 
     def protocol_error(self, worker: WorkerProcess, expected: str) -> None:
         if worker is self.reference:

@@ -47,6 +47,41 @@ def ram_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def machine_memory_bytes() -> int:
+    """The memory this process and what it starts can have in all: the physical memory, or the
+    tightest limit of its memory cgroup and their ancestors (a container's) where that is less."""
+    limits = [ram_bytes()]
+    try:
+        memberships = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return limits[0]
+    for line in memberships:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            mounts = [Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")]
+            base, name = next((m for m in mounts if (m / "cgroup.controllers").exists()), None), "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"
+        else:
+            continue
+        if base is None:
+            continue
+        group = base / path.lstrip("/")
+        for directory in [group, *group.parents]:
+            limits += _limit_in(directory / name)
+            if directory == base:
+                break
+    return min(limits)
+
+
+def _limit_in(path: Path) -> list[int]:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return []
+    return [int(text)] if text.isdigit() else []  # "max": none
+
+
 def timing_cpus(options: EvalOptions, device: str) -> list[int] | None:
     """The CPU cores both workers run their timed calls on, one per round in turn, or None to
     leave them unpinned.

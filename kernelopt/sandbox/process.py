@@ -83,10 +83,12 @@ def room_parts() -> tuple[int, int]:
     """The two bounds of the host's room (bytes): what its budget leaves beyond its resident
     memory, and what the machine's available memory leaves beyond the reserve. Only the
     second depends on the workers (a worker that holds GiBs takes it)."""
-    page = os.sysconf("SC_PAGE_SIZE")
+    return host_memory_budget() - host_resident_bytes(), _available() - ram_bytes() // AVAILABLE_RESERVE_SHARE
+
+
+def host_resident_bytes() -> int:
     with open("/proc/self/statm") as statm:
-        resident = int(statm.read().split()[1]) * page
-    return host_memory_budget() - resident, _available() - ram_bytes() // AVAILABLE_RESERVE_SHARE
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _available() -> int:
