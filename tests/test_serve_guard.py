@@ -161,10 +161,19 @@ def _metrics(server) -> str:
     return text
 
 
+def _read_until_closed(connection: socket.socket) -> str:
+    """The whole answer: the server closes the connection after it (one recv may return only
+    the head, the body following in another segment)."""
+    chunks = []
+    while chunk := connection.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
 def test_a_stalled_upload_gets_408_and_holds_nothing(impatient):
     with _partial_upload(impatient) as connection:
         start = time.monotonic()
-        answer = connection.recv(65536).decode()
+        answer = _read_until_closed(connection)
     assert answer.startswith("HTTP/1.1 408") and '"code": "body_timeout"' in answer
     assert time.monotonic() - start < 10
 
