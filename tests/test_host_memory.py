@@ -50,16 +50,28 @@ class ModelNew(nn.Module):
         return x + x
 '''
 
-# Holds 768 MiB (touched, so resident) from its import on.
-HOG = HONEST.replace("class ModelNew", "_HELD = torch.ones(192 << 20)\n\n\nclass ModelNew")
-# Holds 768 MiB in a tmpfs file: no process's resident memory, the group's shared memory.
+GIB = 1 << 30
 SHM_FILE = f"/dev/shm/kernelopt-test-held-{os.getpid()}"
-TMPFS_HOG = HONEST.replace("class ModelNew", f"""with open({SHM_FILE!r}, "wb") as _held:
-    for _ in range(48):
+
+
+def holding(source: str, gib: float) -> str:
+    """The module `source` with `gib` GiB held (touched, so resident) from its import on."""
+    return source.replace("class ", f"_HELD = torch.ones({int(gib * GIB) // 4})\n\n\nclass ", 1)
+
+
+def filling_tmpfs(source: str, gib: float) -> str:
+    """The module `source` with `gib` GiB written to a tmpfs file at its import: no process's
+    resident memory, the group's shared memory."""
+    return source.replace("class ", f"""with open({SHM_FILE!r}, "wb") as _held:
+    for _ in range({int(gib * GIB) >> 24}):
         _held.write(bytes(16 << 20))
 
 
-class ModelNew""")
+class """, 1)
+
+
+HOG = holding(HONEST, 0.75)
+TMPFS_HOG = filling_tmpfs(HONEST, 0.75)
 
 ROOM_LEFT = 4 << 20
 
@@ -197,9 +209,6 @@ except ProblemError as exc:
     print(json.dumps({"problem_error": str(exc)}))
 '''
 
-GIB = 1 << 30
-
-
 class SmallMachine:
     """A v1 memory cgroup the test's evaluation runs in (host and workers), whose limit plays
     the machine's RAM; removed afterwards."""
@@ -241,11 +250,6 @@ def small_machine():
     machine.remove()
 
 
-def holding(source: str, gib: float) -> str:
-    """The module `source` with `gib` GiB held (touched) from its import on."""
-    return source.replace("class ", f"_HELD = torch.ones({int(gib * GIB) // 4})\n\n\nclass ", 1)
-
-
 SMALL = PROBLEM.replace("torch.randn(2048, 2048)", "torch.randn(64, 64)")
 
 
@@ -272,11 +276,5 @@ def test_memory_no_watchdog_sees_that_runs_the_machine_out_is_the_candidates(sma
         pytest.skip("no /dev/shm here")
     base, peak = small_machine.run(tmp_path, SMALL, HONEST, limit=None)
     assert base["status"] == "correct", base
-    filler = HONEST.replace("class ModelNew", f"""with open({SHM_FILE!r}, "wb") as _held:
-    for _ in range(192):
-        _held.write(bytes(16 << 20))
-
-
-class ModelNew""")
-    hidden, _ = small_machine.run(tmp_path, SMALL, filler, peak + 2 * GIB)
+    hidden, _ = small_machine.run(tmp_path, SMALL, filling_tmpfs(HONEST, 3.0), peak + 2 * GIB)
     assert hidden.get("status") == "rejected" and "memory_limit" in hidden["rules"], hidden

@@ -267,6 +267,17 @@ def _read_ints(path: Path) -> list[int]:
         return []
 
 
+def _read_keyed(path: Path) -> dict[str, int]:
+    """A cgroup file of "key value" lines (cpu.stat, memory.stat, memory.events) as a dict;
+    empty where it cannot be read, lines whose value is no integer left out."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    pairs = (line.partition(" ")[::2] for line in lines)
+    return {key: int(value) for key, value in pairs if value.isdigit()}
+
+
 class Group:
     """One worker's kernel-enforced group. Create it, start the worker through `launcher()`
     (the worker enters the group before it execs the sandbox), then read and act on every
@@ -326,14 +337,8 @@ class Group:
     def cpu_seconds(self) -> float | None:
         """CPU time used so far by everything that ever ran in the group, exited tasks included."""
         if self.v2:
-            try:
-                for line in (self._main / "cpu.stat").read_text().splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "usage_usec":
-                        return int(value) / 1e6
-            except (OSError, ValueError):
-                return None
-            return None
+            usage = _read_keyed(self._main / "cpu.stat").get("usage_usec")
+            return usage / 1e6 if usage is not None else None
         values = _read_ints(self.paths["cpuacct"] / "cpuacct.usage")
         return values[0] / 1e9 if values else None
 
@@ -351,28 +356,15 @@ class Group:
         a memory controller."""
         if not self.mechanism.memory:
             return 0
-        stat = (self.paths["unified"] if self.v2 else self.paths["memory"]) / "memory.stat"
-        wanted = ("anon", "shmem") if self.v2 else ("rss", "shmem")
-        try:
-            lines = stat.read_text().splitlines()
-        except OSError:
-            return 0
-        values = dict(line.partition(" ")[::2] for line in lines)
-        return sum(int(values[key]) for key in wanted if values.get(key, "").isdigit())
+        stat = _read_keyed((self.paths["unified"] if self.v2 else self.paths["memory"]) / "memory.stat")
+        return sum(stat.get(key, 0) for key in (("anon", "shmem") if self.v2 else ("rss", "shmem")))
 
     def oom_killed(self) -> bool:
         """Whether the kernel's memory limit killed a task of the group."""
         if not self.mechanism.memory:
             return False
         path = self.paths["unified"] / "memory.events" if self.v2 else self.paths["memory"] / "memory.oom_control"
-        try:
-            for line in path.read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and int(value) > 0:
-                    return True
-        except (OSError, ValueError):
-            pass
-        return False
+        return _read_keyed(path).get("oom_kill", 0) > 0
 
     # -- acting -------------------------------------------------------------------------------
 

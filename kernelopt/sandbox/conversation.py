@@ -99,10 +99,8 @@ class Conversation:
             if isinstance(exc, HostOutOfRoom):
                 rules.enforce(self._room_taken(exc))  # ends here when the candidate's memory is why
             return ProblemError(self.problem.path, f"the reference worker failed: {exc}\n{worker.log_tail()[-2000:]}")
-        if isinstance(exc, MachineOutOfMemory) and self._does_not_fit(exc):
-            return ProblemError(self.problem.path, "the evaluation does not fit this machine's memory (the host and "
-                                f"both workers together): {exc}, no more than the reference's "
-                                f"{self.reference.contained.memory_bytes() / 2**30:.2f} GiB")
+        if isinstance(exc, MachineOutOfMemory):
+            return self._machine_ran_out(exc)
         return exc
 
     def _room_taken(self, refused: HostOutOfRoom) -> rules.Verdict | None:
@@ -114,19 +112,22 @@ class Conversation:
         return rules.host_memory_taken(self.candidate.contained.memory_bytes(), refused.worker_bytes,
                                        refused.needed, refused.available_room, refused.budget_room)
 
-    def _does_not_fit(self, killed: MachineOutOfMemory) -> bool:
+    def _machine_ran_out(self, killed: MachineOutOfMemory) -> Exception:
         """The kernel killed the candidate's worker (its first choice) when the machine ran out:
-        the problem's fault where the candidate held no more than the reference does (a fifth
-        more, and what the watchdog's interval can miss) and what the host and both workers
-        were seen to hold explains the machine running out (3/4 of its memory); the
-        candidate's otherwise. Memory no one sees (a tmpfs file, an unmapped memfd, on a
-        machine without a memory controller for the groups) can only be the candidate's code."""
+        the problem's fault (ProblemError) where the candidate held no more than the reference
+        does (a fifth more, and what the watchdog's interval can miss) and what the host and
+        both workers were seen to hold explains the machine running out (3/4 of its memory);
+        the candidate's otherwise (`killed`, a memory_limit verdict). Memory no one sees (a
+        tmpfs file, an unmapped memfd, on a machine without a memory controller for the groups)
+        can only be the candidate's code."""
         if self.reference is None or self.reference.process.poll() is not None:
-            return False
+            return killed
         reference_bytes = self.reference.contained.memory_bytes()
         seen = killed.peak_bytes + reference_bytes + host_resident_bytes()
-        return (killed.peak_bytes <= reference_bytes * 1.2 + OOM_MARGIN_BYTES
-                and seen >= machine_memory_bytes() * 3 // 4)
+        if killed.peak_bytes > reference_bytes * 1.2 + OOM_MARGIN_BYTES or seen < machine_memory_bytes() * 3 // 4:
+            return killed
+        return ProblemError(self.problem.path, "the evaluation does not fit this machine's memory (the host and both "
+                            f"workers together): {killed}, no more than the reference's {reference_bytes / 2**30:.2f} GiB")
 
     def protocol_error(self, worker: WorkerProcess, expected: str) -> None:
         if worker is self.reference:
