@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import re
 import shutil
 import time
@@ -60,6 +61,9 @@ HEADER_KEYS = {
     "why": False,
 }
 DEFAULT_TIMEOUT = 120.0
+# KERNELOPT_CORPUS_DEVICE=cuda judges every case on the GPU, not only the `gpu`-marked ones (the
+# GPU acceptance run: the generic families must be caught there too); unset, only they are.
+CORPUS_DEVICE = os.environ.get("KERNELOPT_CORPUS_DEVICE", "")
 TIMING_BUDGET = 2.0
 MIN_TIMED_CALLS = 5
 
@@ -234,7 +238,7 @@ def _mark(name: str):
 
 def _marks_for(markers: set[str]) -> list:
     marks = [_mark(m) for m in sorted(markers)]
-    if "gpu" in markers:
+    if "gpu" in markers or CORPUS_DEVICE.startswith("cuda"):
         marks.append(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))
     if "bwrap" in markers:
         marks.append(pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap"))
@@ -285,7 +289,7 @@ def referee_options(device: str = "cpu", timeout: float = DEFAULT_TIMEOUT, **ext
 
 def _case_options(case: Case):
     return referee_options(
-        device="cuda" if "gpu" in case.markers else "cpu",
+        device=CORPUS_DEVICE or ("cuda" if "gpu" in case.markers else "cpu"),
         timeout=case.timeout,
         memory_limit=case.memory_limit,
         precision_policy=case.precision_policy,
