@@ -40,7 +40,7 @@ stamp "setup done" | tee -a "$OUT/env.txt"
 gpu_tests="tests/test_gpu.py tests/test_backends.py tests/test_baselines.py tests/test_bench_agent.py
   tests/test_cuda_build.py tests/test_doctor.py tests/test_gpu_busy.py tests/test_model.py tests/test_profile.py
   tests/test_ray.py"
-(stamp "gpu suite"; timeout -s INT -k 15 ${SUITE_CAP:-250} python3 -m pytest -p no:cacheprovider -n 4 -v \
+(stamp "gpu suite"; timeout -s INT -k 15 ${SUITE_CAP:-250} python3 -m pytest -p no:cacheprovider -n 5 -v \
    --tb=short -m "gpu or cuda_build" $gpu_tests; stamp "gpu suite rc=$?") > "$OUT/gpu_suite.log" 2>&1 &
 suite=$!
 (stamp "corpus on cuda"; KERNELOPT_CORPUS_DEVICE=cuda timeout -s INT -k 15 ${SUITE_CAP:-250} python3 -m pytest \
@@ -48,6 +48,7 @@ suite=$!
  stamp "corpus rc=$?") > "$OUT/corpus_cuda.log" 2>&1 &
 corpus=$!
 wait $suite $corpus
+pkill -f pytest; sleep 1
 
 # 3. Timing truth, alone on the GPU: exact copies of KernelBench level 1, then the spread of
 # exact copies between evaluations.
@@ -55,7 +56,9 @@ wait $suite $corpus
    --kernelbench .kb/kb --level 1 --problems "$IDENTITY_PROBLEMS" --device cuda --timing-budget 1 \
    --timeout 120 --out /tmp/identity --kernelopt "$(command -v kernelopt)"; stamp "identity rc=$?") \
    > "$OUT/identity.log" 2>&1
+pkill -f "kernelopt bench"; sleep 1  # a bench the cap cut off must not share the GPU with what follows
 cp /tmp/identity/bench/results.jsonl "$OUT/identity_results.jsonl" 2>/dev/null
+cp /tmp/identity/identity.md "$OUT/identity.md" 2>/dev/null
 (stamp "stability"; timeout -s INT -k 10 ${STABILITY_CAP:-50} python3 benchmarks/timing_stability.py --device cuda \
    --runs 4 --timing-budget 2; stamp "stability rc=$?") > "$OUT/timing.log" 2>&1
 # 5. Compile times of the GPU backends.
