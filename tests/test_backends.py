@@ -236,6 +236,10 @@ def test_compile_requests_are_validated():
             nvrtc.parse_request(bad)
     assert nvrtc.is_request({"builder": "nvrtc"}) and not nvrtc.is_request({"builder": "load_inline"})
     assert nvrtc.nvrtc_arch("9.0") == "sm_90" and nvrtc.nvrtc_arch("8.0;9.0+PTX") == "sm_80"
+    # Hopper images set TORCH_CUDA_ARCH_LIST=9.0a: every CuPy kernel failed to compile there (H200)
+    assert nvrtc.nvrtc_arch("9.0a") == "sm_90a" and nvrtc.nvrtc_arch("10.0f;12.0") == "sm_100f"
+    with pytest.raises(ValueError, match="not an architecture"):
+        nvrtc.nvrtc_arch("hopper")
 
 
 class CountingCompiler:

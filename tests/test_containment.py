@@ -320,3 +320,23 @@ def test_a_helper_that_writes_itself_out_of_the_group_stays_in_it_or_flags_the_v
         verdict = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), honest,
                            EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=backend))
         assert verdict.status == "correct" and "uncontained" in verdict.flags
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "unshare"])
+@pytest.mark.parametrize("hack, status, rule", [("crash_sigkill_self.py", "runtime_error", None),
+                                                ("child_daemonized_grandchild.py", "rejected", "child_processes")])
+def test_a_candidate_meets_the_same_sandbox_under_either_backend(backend, hack, status, rule):
+    """The worker is not its PID namespace's init under either backend. As init (unshare's child
+    exec'ing the worker, seen on an H200) it ignored its own SIGKILL, so the self-killing
+    candidate was judged correct, and it adopted the daemonized grandchild, which its guard then
+    reported instead of the host's census."""
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import EvalOptions, evaluate, isolation
+
+    if not isolation.backend_works(backend):
+        pytest.skip(f"the {backend} backend does not work here")
+    source = (REPO / "tests" / "adversarial" / "hacks" / hack).read_text()
+    result = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), source,
+                      EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=backend))
+    assert result.status == status, result.message
+    assert rule is None or result.rules[0] == rule, result.rules

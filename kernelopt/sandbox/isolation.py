@@ -228,8 +228,12 @@ def cgroup_escape(backend: Backend) -> str:
 # mount a cgroup filesystem of its own: its processes stay in the group the host made for it. As
 # root the mount must work; in a user namespace (not root) /sys's cgroup files are not the
 # worker's to write anyway, so a refused mount is let pass.
+# The shell stays the PID namespace's init (no exec, and a command after the worker so that the
+# shell cannot exec it as its last): as init the worker would ignore its own SIGKILL and adopt
+# every orphan, where under bubblewrap it does neither; the same candidate must meet the same
+# sandbox under either backend (seen on an H200, where unshare was the default).
 _CONFINE = ('mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys {then} '
-            'exec setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"')
+            'setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"; exit $?')
 
 
 def _unshare_prefix() -> list[str]:

@@ -28,6 +28,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import site
 import sys
@@ -129,11 +130,17 @@ def nvrtc_available() -> tuple[str | None, str]:
         return None, f"libnvrtc at {library} cannot be loaded: {exc}"
 
 
+_ARCH = re.compile(r"^(?P<major>\d+)(?:\.(?P<minor>\d+))?(?P<suffix>[af]?)(?:\+PTX)?$")
+
+
 def nvrtc_arch(arch_list: str) -> str:
-    """NVRTC's target from a TORCH_CUDA_ARCH_LIST ("9.0", "8.0;9.0+PTX"): sm_XY of the first."""
-    first = arch_list.replace(",", ";").replace(" ", ";").split(";")[0].replace("+PTX", "")
-    major, _, minor = first.partition(".")
-    return f"sm_{int(major)}{int(minor or 0)}"
+    """NVRTC's target from a TORCH_CUDA_ARCH_LIST ("9.0", "8.0;9.0+PTX", "9.0a"): sm_XY of the
+    first, keeping an architecture-specific suffix (sm_90a: Hopper's wgmma and TMA)."""
+    first = arch_list.replace(",", ";").replace(" ", ";").split(";")[0]
+    match = _ARCH.match(first)
+    if match is None:
+        raise ValueError(f"TORCH_CUDA_ARCH_LIST entry {first!r} is not an architecture like 9.0, 9.0a or 8.6+PTX")
+    return f"sm_{match['major']}{match['minor'] or 0}{match['suffix']}"
 
 
 def include_dirs() -> list[str]:
