@@ -38,7 +38,7 @@ extern "C" __global__ void resident(volatile long long* bell) {
 _MAPPED = 2  # cudaHostAllocMapped
 _host = cupy.cuda.runtime.hostAlloc(64, _MAPPED)
 _bell = (ctypes.c_longlong * 8).from_address(_host)
-_device_bell = cupy.cuda.runtime.hostGetDevicePointer(_host, 0)
+_device_bell = _host  # mapped pinned memory has one address for host and device (unified addressing)
 _stream = cupy.cuda.Stream(non_blocking=True)
 with _stream:
     cupy.RawKernel(_SOURCE, "resident")((1,), (1024,), (cupy.uint64(_device_bell),))
