@@ -57,7 +57,7 @@ setup() {
 # copies of KernelBench level 1, the spread between evaluations of one exact copy.
 timing() {
   local p=.kb/kb/KernelBench/level1 copy=/tmp/copy_p1.py
-  sed 's/class Model(/class ModelNew(/' $p/1_Square_matrix_multiplication_.py > $copy
+  sed -E 's/\bModel\b/ModelNew/g' $p/1_Square_matrix_multiplication_.py > $copy
   stamp "eval p1"
   timeout -k 5 ${EVAL_CAP:-150} kernelopt eval --reference $p/1_Square_matrix_multiplication_.py --candidate $copy \
     --device cuda --timing-budget 2 --timeout 140 --json > "$OUT/eval_p1.json" 2>> "$OUT/progress.txt"

@@ -191,6 +191,23 @@ def test_the_interval_adds_what_differs_between_worker_processes():
     assert calibrated_precision(0.3, "cpu") == pytest.approx(0.3, rel=0.05)  # the rounds dominate
 
 
+def test_the_between_process_part_grows_with_what_a_cpu_call_moves():
+    """Exact copies of KernelBench v0.1's 81_conv_transposed_2D (0.85 GB a call) read 0.877x to
+    0.903x, each interval sure of it: the process effect of a DRAM-bound CPU call is larger
+    than that of a small one. Its worst reading must now hold 1.0; a small call's interval is as
+    before, and a GPU's does not depend on bytes."""
+    from kernelopt.sandbox.timing import between_process_spread
+
+    small, large = between_process_spread("cpu", 1 << 20), between_process_spread("cpu", 847_000_000)
+    assert small == between_process_spread("cpu") == pytest.approx(0.035)
+    assert small < between_process_spread("cpu", 536_000_000) < large <= 0.10
+    assert between_process_spread("cpu", 50 << 30) == large  # capped
+    assert between_process_spread("cuda:0", 847_000_000) == between_process_spread("cuda:0")
+    worst, within = 0.877, 0.03  # 81's lowest reading, its rounds' own half-width about 3 %
+    assert worst * (1 + calibrated_precision(within, "cpu", 847_000_000)) >= 1.0
+    assert worst * (1 + calibrated_precision(within, "cpu")) < 1.0  # what the footprint changes
+
+
 def test_a_gap_in_a_few_calls_is_trimmed_and_so_worth_little():
     rng = random.Random(17)
     base = [rng.gauss(0.8, 0.05) for _ in range(100)]

@@ -112,7 +112,7 @@ def timing_phase(timer: Timer, checks: list[Check]) -> Timing:
     overheads = allowance.overheads(rounds)
     checks.append(Check(name="wall_clock_consistency", passed=not overheads.gross, detail=overheads.detail()))
     rules.enforce(rules.wall_clock_gap(overheads))
-    return timing_result(rounds, per_round, timer.device)
+    return timing_result(rounds, per_round, timer.device, timer.bytes_per_call)
 
 
 def timer_gaps(rounds: list[Round]) -> allowance.Gaps:
@@ -124,7 +124,7 @@ def timer_gaps(rounds: list[Round]) -> allowance.Gaps:
                           [ms for side in cand for ms in side.marked_ms])
 
 
-def timing_result(rounds: list[Round], per_round: int, device: str) -> Timing:
+def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_call: int = 0) -> Timing:
     """The speedup from each side's total time over all timed calls (its mean per call), never
     from a statistic one call can move; its interval from the rounds and the spread between
     worker processes (stats.calibrated_precision). Which clock each side's time comes from:
@@ -142,7 +142,8 @@ def timing_result(rounds: list[Round], per_round: int, device: str) -> Timing:
                   calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                   candidate_host_bound_ms=cand_stats.mean_ms + slack_c - slack_r,
                   wall_speedup=(ref_stats.mean_ms + slack_r) / (cand_stats.mean_ms + slack_c),
-                  speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device),
+                  speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device,
+                                                                   bytes_per_call),
                   reference_overhead_ms=slack_r, candidate_overhead_ms=slack_c,
                   reference_charge_ms=ref_ms - ref_stats.mean_ms, candidate_charge_ms=cand_ms - cand_stats.mean_ms,
                   timer_gap_ms=found.difference_ms if found.calls else None,

@@ -71,18 +71,37 @@ def t95(degrees: int) -> float:
 # heaps, page placement, which core's cache a buffer warmed in). Rounds cannot see it, so the
 # interval adds it: the relative standard deviation of an exact copy's speedup across fresh
 # evaluations beyond its within-evaluation spread (benchmarks/timing_stability.py). CPU:
-# measured on the 2-core VM with jemalloc, set by the worst problem seen: an exact copy of the
-# memory-bound 40_LayerNorm (268 MB input) scattered by 4.3 % (sd) over 12 evaluations, of
-# which about 2.5 % is the rounds' own noise; 19_ReLU (1 MiB) by less. CUDA: provisional until
-# measured on a GPU.
+# measured on the 2-core VM with jemalloc: an exact copy of the memory-bound 40_LayerNorm
+# (268 MB input) scattered by 4.3 % (sd) over 12 evaluations, of which about 2.5 % is the
+# rounds' own noise; 19_ReLU (1 MiB) by less. CUDA: provisional until measured on a GPU.
 BETWEEN_PROCESS_SPREAD = {"cpu": 0.035, "cuda": 0.01}
+# On a CPU the process effect grows with what a call moves once that is far beyond the caches:
+# where each process's pages lie then decides a DRAM-bound call's speed. KernelBench v0.1's
+# 81_conv_transposed_2D (0.85 GB a call) read 0.877x-0.903x in seven evaluations of an exact copy:
+# its calls cost the candidate's process 12 % more CPU time, with no page faults, no preemption,
+# huge pages or not, inputs in the shared slot or copied out of it; with both heaps pre-faulted
+# at import the same copy read 1.090x. So a CPU call's spread grows in proportion to its bytes
+# beyond FOOTPRINT_BYTES, up to CPU_SPREAD_CAP (81's +-10 %, reached from about 730 MB): the
+# interval then holds what one pair of processes cannot show. 40_LayerNorm (536 MB a call, 4.3 %
+# sd measured) gets 7.0 %.
+FOOTPRINT_BYTES = 256 << 20
+CPU_SPREAD_CAP = 0.10
 
 
-def calibrated_precision(within: float, device: str) -> float:
+def between_process_spread(device: str, bytes_per_call: int = 0) -> float:
+    """The relative standard deviation two fresh worker processes add to a speedup, for calls
+    that move `bytes_per_call` (inputs and outputs)."""
+    if device.startswith("cuda"):
+        return BETWEEN_PROCESS_SPREAD["cuda"]
+    growth = max(1.0, bytes_per_call / FOOTPRINT_BYTES)
+    return min(CPU_SPREAD_CAP, BETWEEN_PROCESS_SPREAD["cpu"] * growth)
+
+
+def calibrated_precision(within: float, device: str, bytes_per_call: int = 0) -> float:
     """The speedup's 95 % relative half-width: the rounds' (ratio_precision) and the
-    between-process part, in quadrature."""
-    spread = BETWEEN_PROCESS_SPREAD["cuda" if device.startswith("cuda") else "cpu"]
-    return math.hypot(within, 1.96 * spread)
+    between-process part (between_process_spread, for calls that move `bytes_per_call`), in
+    quadrature."""
+    return math.hypot(within, 1.96 * between_process_spread(device, bytes_per_call))
 
 
 def ratio_precision(numerators: list[float], denominators: list[float]) -> float:
