@@ -124,7 +124,7 @@ def timer_gaps(rounds: list[Round]) -> allowance.Gaps:
                           [ms for side in cand for ms in side.marked_ms])
 
 
-def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_call: int = 0) -> Timing:
+def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_call: int) -> Timing:
     """The speedup from each side's total time over all timed calls (its mean per call), never
     from a statistic one call can move; its interval from the rounds and the spread between
     worker processes (stats.calibrated_precision). Which clock each side's time comes from:

@@ -78,10 +78,10 @@ BETWEEN_PROCESS_SPREAD = {"cpu": 0.035, "cuda": 0.01}
 # On a CPU the process effect grows with what a call moves once that is far beyond the caches:
 # where each process's pages lie then decides a DRAM-bound call's speed. KernelBench v0.1's
 # 81_conv_transposed_2D (0.85 GB a call) read 0.877x-0.903x in seven evaluations of an exact copy:
-# its calls cost the candidate's process 12 % more CPU time, with no page faults, no preemption,
+# its calls cost the candidate's process 12-15 % more CPU time, with no page faults, no preemption,
 # huge pages or not, inputs in the shared slot or copied out of it; with both heaps pre-faulted
 # at import the same copy read 1.090x. So a CPU call's spread grows in proportion to its bytes
-# beyond FOOTPRINT_BYTES, up to CPU_SPREAD_CAP (81's +-10 %, reached from about 730 MB): the
+# beyond FOOTPRINT_BYTES, up to CPU_SPREAD_CAP (81's +-10 %, reached from about 767 MB): the
 # interval then holds what one pair of processes cannot show. 40_LayerNorm (536 MB a call, 4.3 %
 # sd measured) gets 7.0 %.
 FOOTPRINT_BYTES = 256 << 20
