@@ -19,6 +19,16 @@ from kernelopt.sandbox.process_tree import TreeWalk
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def judged_on_relu(corpus_file: str, isolation: str = "auto"):
+    """A corpus candidate (e.g. "honest/relu_exact_copy.py") judged on the ReLU example, quickly."""
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import EvalOptions, evaluate
+
+    source = (REPO / "tests" / "adversarial" / corpus_file).read_text()
+    return evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), source,
+                    EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=isolation))
+
 # A process that double-forks a helper into a new session; the helper's leader thread exits
 # (SYS_exit) while a second thread runs `WORK`; the process prints the helper's pid and sleeps.
 _EXITED_LEADER = textwrap.dedent("""
@@ -248,12 +258,7 @@ def test_forced_none_is_reported_by_doctor_and_flags_the_verdict(monkeypatch):
     assert verdict is not None and verdict.status == rules.FLAGGED and verdict.flags == ("uncontained",)
     assert rules.uncontained("cgroup2", "cgroup2") is None and rules.uncontained("docker", "") is None
 
-    from kernelopt.kernelbench import load_problem
-    from kernelopt.sandbox import EvalOptions, evaluate
-
-    source = (REPO / "tests" / "adversarial" / "honest" / "relu_exact_copy.py").read_text()
-    result = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), source,
-                      EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3))
+    result = judged_on_relu("honest/relu_exact_copy.py")
     assert "uncontained" in result.flags and "uncontained" in result.rules
     assert result.isolation.containment == "none" and "KERNELOPT_CONTAINMENT=none" in result.isolation.containment_detail
 
@@ -261,12 +266,7 @@ def test_forced_none_is_reported_by_doctor_and_flags_the_verdict(monkeypatch):
 def test_a_verdict_names_the_kernel_group_that_held_the_candidate(monkeypatch):
     mechanism = _mechanism("cgroup2" if containment.detect().name == "cgroup2" else "cgroup1")
     monkeypatch.setenv(containment.ENV_VAR, mechanism.name)
-    from kernelopt.kernelbench import load_problem
-    from kernelopt.sandbox import EvalOptions, evaluate
-
-    source = (REPO / "tests" / "adversarial" / "honest" / "relu_exact_copy.py").read_text()
-    result = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), source,
-                      EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3))
+    result = judged_on_relu("honest/relu_exact_copy.py")
     assert result.status == "correct", result.message
     assert "uncontained" not in result.flags
     assert result.isolation.containment == mechanism.name
@@ -305,20 +305,13 @@ def test_a_helper_that_writes_itself_out_of_the_group_stays_in_it_or_flags_the_v
         pytest.skip("no kernel group on this machine")
     if not isolation.backend_works(backend):
         pytest.skip(f"the {backend} backend does not work here")
-    from kernelopt.kernelbench import load_problem
-    from kernelopt.sandbox import EvalOptions, evaluate
-
-    source = (REPO / "tests" / "adversarial" / "hacks" / "helper_leaves_its_cgroup.py").read_text()
-    result = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), source,
-                      EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=backend))
+    result = judged_on_relu("hacks/helper_leaves_its_cgroup.py", backend)
     if backend == "unshare":
         assert result.status == "rejected" and result.flags == ["child_processes"], result.message
         assert "uncontained" not in result.flags
     else:
         assert "uncontained" in result.flags and "escapable" in result.isolation.containment_detail
-        honest = (REPO / "tests" / "adversarial" / "honest" / "relu_exact_copy.py").read_text()
-        verdict = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), honest,
-                           EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=backend))
+        verdict = judged_on_relu("honest/relu_exact_copy.py", backend)
         assert verdict.status == "correct" and "uncontained" in verdict.flags
 
 
@@ -330,13 +323,10 @@ def test_a_candidate_meets_the_same_sandbox_under_either_backend(backend, hack, 
     exec'ing the worker, seen on an H200) it ignored its own SIGKILL, so the self-killing
     candidate was judged correct, and it adopted the daemonized grandchild, which its guard then
     reported instead of the host's census."""
-    from kernelopt.kernelbench import load_problem
-    from kernelopt.sandbox import EvalOptions, evaluate, isolation
+    from kernelopt.sandbox import isolation
 
     if not isolation.backend_works(backend):
         pytest.skip(f"the {backend} backend does not work here")
-    source = (REPO / "tests" / "adversarial" / "hacks" / hack).read_text()
-    result = evaluate(load_problem(REPO / "examples" / "level1" / "1_ReLU.py"), source,
-                      EvalOptions(device="cpu", timing_budget=1.0, min_timed_calls=3, isolation=backend))
+    result = judged_on_relu(f"hacks/{hack}", backend)
     assert result.status == status, result.message
     assert rule is None or result.rules[0] == rule, result.rules
