@@ -40,12 +40,14 @@ from pathlib import Path
 
 from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import containment, isolation, scratch
-from kernelopt.sandbox.conversation import receive_answer
+from kernelopt.sandbox.calls import run_call
+from kernelopt.sandbox.conversation import Conversation
+from kernelopt.sandbox.fingerprints import Fingerprinter
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.device import default_memory_limit, device_model, resolve_device
 from kernelopt.sandbox.hardware import Hardware
 from kernelopt.sandbox.hardware import describe as describe_hardware
-from kernelopt.sandbox.records import ReferenceTrials, input_sets
+from kernelopt.sandbox.records import ReferenceTrials
 from kernelopt.sandbox.session import CandidateSession, load_message
 from kernelopt.sandbox.worker import commands
 from kernelopt.sandbox.results import EvalOptions, EvalResult
@@ -163,28 +165,29 @@ class Evaluator:
     # -- judging ----------------------------------------------------------------------------
 
     def probe_reference(self, seeds: list[int]) -> list[dict]:
-        """Load the reference afresh and run it once per seed, in order, in one request (the
-        calls share one process and RNG stream, as a program's calls do); its raw call records
-        (fingerprints, shapes, times). For problem health checks. Raises ProblemError when the
+        """Load the reference afresh and run it once per seed, in order (the calls share one
+        process and RNG stream, as a program's calls do), each a window as an evaluation's;
+        per call its outputs' shapes and dtypes (`meta`), the host's fingerprints of the
+        outputs it read, and its time. For problem health checks. Raises ProblemError when the
         reference fails."""
         from kernelopt.kernelbench import ProblemError
 
         self.start()
         worker = self._warm.ready()
         deadline = time.monotonic() + self.options.timeout
-        load = load_message(self.backend, self.device, worker.scratch, self._seeds.fingerprint_seed,
-                            host_builds=False, with_candidate=False)
+        load = load_message(self.backend, self.device, worker.scratch, host_builds=False, with_candidate=False)
+        conversation = Conversation(self.problem, deadline, lambda request: commands.built(False))
+        conversation.reference = worker
+        transport = commands.MEMORY if self.device == "cpu" and worker.memory and worker.inputs else commands.FRAME
+        fingerprint = Fingerprinter(self._seeds.fingerprint_seed)
         try:
             self._request_ok(worker, load, deadline)
-            reply, blobs = self._request_ok(worker, commands.inputs(seeds), deadline)
-            self._request_ok(worker, commands.run(len(seeds)), deadline)
             records = []
-            for input_set in input_sets(self.problem, seeds, reply, blobs):
-                worker.send_inputs(commands.call(input_set.seed, input_set.spec), input_set.packed, deadline)
-                answer = receive_answer(worker, deadline)
-                self._check_ok(answer)
-                records.append(answer["record"])
-            self._request_ok(worker, commands.report(), deadline)
+            for input_set in conversation.make_inputs(seeds):
+                call = run_call(conversation, worker, input_set, transport=transport, device=self.device)
+                records.append({"seed": call.record.seed, "ms": call.record.ms,
+                                "meta": [list(m) for m in call.record.meta],
+                                "fingerprints": [fingerprint(t) for t in call.outputs]})
         except (WorkerDied, WorkerTimeout) as exc:
             self._warm.discard()
             raise ProblemError(self.problem.path, f"the reference worker failed: {exc}") from None
@@ -262,7 +265,7 @@ class Evaluator:
         return CandidateSession(
             self.problem, source, self.options, self.device, self.backend,
             serial=serial, take_worker=lambda: candidates.take(restock=restock),
-            seed_source=self._seeds.for_candidate(), fingerprint_seed=self._seeds.fingerprint_seed,
+            seed_source=self._seeds.for_candidate(),
             trial_seeds=self._seeds.trial_seeds,
         )
 

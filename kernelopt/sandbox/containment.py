@@ -384,8 +384,10 @@ class Group:
         frozen. False if it did not report so in time (the group stays set to freeze)."""
         return self._set_frozen(True, timeout_s)
 
-    def thaw(self, timeout_s: float = FREEZE_TIMEOUT_S) -> bool:
-        return self._set_frozen(False, timeout_s)
+    def thaw(self, timeout_s: float = FREEZE_TIMEOUT_S, wait: bool = True) -> bool:
+        """Let the group run; with `wait` False, return once the kernel has the request (a
+        call's frame waits in the pipe for the worker: the host's clock already runs)."""
+        return self._set_frozen(False, timeout_s if wait else 0.0)
 
     def _set_frozen(self, frozen: bool, timeout_s: float) -> bool:
         try:
@@ -395,7 +397,9 @@ class Group:
                 (self._main / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
         except OSError:
             return False
-        deadline, pause = time.monotonic() + timeout_s, 5e-5
+        if timeout_s <= 0:
+            return True
+        deadline, pause = time.monotonic() + timeout_s, 2e-5
         while True:
             if self.is_frozen() == frozen:
                 return True

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
+from kernelopt.sandbox.process_memory import ProcessMemory
 from kernelopt.sandbox.device import ram_bytes
 from kernelopt.sandbox.sizes import parse_size
 from kernelopt.sandbox.worker import commands, wire
@@ -167,6 +168,8 @@ class WorkerProcess:
         self._oom_kills_at_start = kernel_oom_kills()
         self.peak_bytes = 0  # the most the watchdog saw the group hold
         self.log_path = scratch.parent / f"{role}.log"
+        self.frozen = False  # the host froze the group (a call answered); the next send thaws it
+        self.memory: ProcessMemory | None = None  # the worker's memory, opened at its hello
         cmd_read, self._cmd_write = os.pipe()
         self._out_read, out_write = os.pipe()
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
@@ -208,8 +211,11 @@ class WorkerProcess:
         threading.Thread(target=self._watch_memory, daemon=True).start()
 
     def send(self, message: dict, blobs: Sequence[bytes] = (), deadline: float | None = None) -> None:
-        """Write a frame; a worker that stops reading (hung, or busy past `deadline`) is
-        killed, as one that stops answering is."""
+        """Write a frame (thawing the worker's group first where the host froze it); a worker
+        that stops reading (hung, or busy past `deadline`) is killed, as one that stops
+        answering is."""
+        if self.frozen:
+            self.thaw()
         try:
             wire.write_frame(self._cmd_write, message, blobs, deadline)
         except wire.ChannelTimeout:
@@ -219,12 +225,17 @@ class WorkerProcess:
             raise self._death() from None
 
     def send_inputs(self, message: dict, packed: bytes, deadline: float, at: int = 0) -> None:
-        """A `call` frame with one input set: written into the worker's input slot at byte
-        `at` (the frame then says where), or carried in the frame where there is no slot."""
+        """A frame with one input set (`place_inputs`, then the frame)."""
+        placed = self.place_inputs(packed, at)
+        self.send(dict(message, **placed), [] if placed else [packed], deadline)
+
+    def place_inputs(self, packed: bytes, at: int = 0) -> dict:
+        """Write one input set into the worker's input slot at byte `at` and return what the
+        call frame says of where (empty where there is no slot, or it does not fit: the inputs
+        then travel as the frame's blob)."""
         if self.inputs is not None and self.inputs.put(packed, at):
-            self.send(dict(message, slot=len(packed), at=at), deadline=deadline)
-        else:
-            self.send(message, [packed], deadline)
+            return {"slot": len(packed), "at": at}
+        return {}
 
     def request(self, message: dict, deadline: float) -> tuple[dict, list[bytes]]:
         """Send a command; wait for its reply until `deadline` (time.monotonic)."""
@@ -296,6 +307,8 @@ class WorkerProcess:
         """Call once the worker said hello: the processes of the sandbox (bwrap, the worker)
         and the threads of the group at that point are the harness's own."""
         self.worker_pid = process_tree.leaf_of_chain(self.process.pid)
+        # Before any program code runs: the host reads this address space from now on.
+        self.memory = ProcessMemory.open(self.worker_pid, self.inputs.name if self.inputs is not None else None)
         self._rank_for_the_oom_killer()
         if isinstance(self.contained, process_tree.TreeWalk):
             self.contained.worker_pid = self.worker_pid
@@ -360,13 +373,17 @@ class WorkerProcess:
 
     def freeze(self) -> None:
         """Stop every thread of every process of this worker's group at once (the kernel's
-        freezer; SIGSTOP per process under the tree walk), so that none of its code runs, not
-        even a signal handler, while the other worker is timed (a container: paused by its
-        daemon)."""
+        freezer; SIGSTOP per process under the tree walk), and wait until they are, so that none
+        of its code runs, not even a signal handler, while the host reads what a call left or
+        the other worker is timed (a container: paused by its daemon)."""
         self.contained.freeze()
+        self.frozen = True
 
     def thaw(self) -> None:
-        self.contained.thaw()
+        """Let the group run again; the host does not wait for the kernel to say so (its next
+        frame waits in the pipe until the worker reads it)."""
+        self.frozen = False
+        self.contained.thaw(wait=False)
 
     def log_tail(self) -> str:
         try:
@@ -394,6 +411,8 @@ class WorkerProcess:
                 pass
         if self.inputs is not None:
             self.inputs.close()
+        if self.memory is not None:
+            self.memory.close()
         self.contained.remove()
 
     def kill(self) -> None:
@@ -430,7 +449,8 @@ class InputSlot:
     one only after the worker has answered that call."""
 
     def __init__(self, role: str, size: int = INPUT_SLOT_BYTES):
-        self.fd = os.memfd_create(f"kernelopt-{role}-inputs", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self.name = f"kernelopt-{role}-inputs"  # as /proc/<pid>/maps shows the worker's mapping of it
+        self.fd = os.memfd_create(self.name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.ftruncate(self.fd, size)
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self.size = size
@@ -446,6 +466,10 @@ class InputSlot:
             return False
         self._map[at:at + len(packed)] = packed
         return True
+
+    def holds(self, packed: bytes, at: int = 0) -> bool:
+        """Whether the slot still holds `packed` at byte `at` (a call did not write its inputs)."""
+        return self._map[at:at + len(packed)] == packed  # a copy and a memcmp: a memoryview compares per item
 
     def close(self) -> None:
         try:

@@ -80,7 +80,7 @@ class TreeWalk:
                 pass
         return True
 
-    def thaw(self) -> bool:
+    def thaw(self, wait: bool = True) -> bool:
         for pid in self._stopped:
             try:
                 os.kill(pid, signal.SIGCONT)
@@ -233,7 +233,7 @@ class ContainerWalk(TreeWalk):
         except Exception:  # noqa: BLE001 - gone, or a daemon that cannot pause: the census still runs
             return False
 
-    def thaw(self) -> bool:
+    def thaw(self, wait: bool = True) -> bool:
         try:
             self.container.unpause()
             return True

@@ -1,5 +1,6 @@
-"""The referee's plain records: what the workers report per call and per run, the input sets the
-reference makes, the reference's trial results, and each side's part of a timed round.
+"""The referee's plain records: what a worker's call answer says, each call as the host took it,
+the input sets the reference makes, the reference's trial results, and each side's part of a
+timed round.
 
 Records hold data only. The rules (sandbox/rules/) are functions of them; the conversation
 (sandbox/conversation.py) makes them from the workers' replies.
@@ -15,30 +16,33 @@ from pydantic import BaseModel
 from kernelopt.kernelbench import Problem, ProblemError
 
 
-class CallRecord(BaseModel):
-    """One call of a worker's run, as the worker reports it (untrusted from a candidate)."""
+class CallReply(BaseModel):
+    """A worker's answer to a call, validated (untrusted from a candidate): where its outputs
+    are, and what it says of them. The host compares only the values it reads itself."""
+
+    called: int
+    input_bytes: int = 0
+    structure: str
+    aliases_input: bool = False
+    meta: list[tuple[list[int], str, str]]
+    spans: list[tuple[int, list[int]]] | None = None  # commands.MEMORY: each output's address and strides
+
+
+@dataclass
+class CallRecord:
+    """One call as the host took it: its times on the host's clocks (`ms` decides: the group's
+    CPU time on a CPU where the kernel keeps it, else the wall clock), its outputs' shapes,
+    dtypes and devices, their structure, and what the host found of its inputs."""
 
     seed: int
     ms: float
-    host_ms: float
+    wall_ms: float
+    cpu_ms: float | None
     meta: list[tuple[list[int], str, str]]
     structure: str = "T"
-    aliases_input: bool
-    fingerprints: list[dict] = []
-    inputs_before: str | None = None
-    inputs_after: str | None = None
+    aliases_input: bool = False
+    inputs_changed: bool = False  # the input slot no longer held what the host wrote
     input_bytes: int = 0
-
-
-class RunReply(BaseModel):
-    """A worker's answer to `run`. Validated: a candidate worker's messages are untrusted."""
-
-    calls: list[CallRecord]
-    extension_calls: int = 0
-    extension_calls_total: int = 0
-    builds: list[dict] = []
-    changed_settings: list[str] = []
-    violations: list[dict] = []
 
 
 @dataclass
@@ -90,55 +94,25 @@ def joined(first: ReferenceTrials | None, more: ReferenceTrials | None) -> Refer
 
 @dataclass
 class SideRound:
-    """One worker's calls in one timed round: its own timer's ms per call, and the host
-    clock's ms around each call (the inputs handed over, the call, its output copied out)."""
+    """One worker's calls in one timed round, each on the host's clocks: `ms`, what decides
+    (CallRecord.ms), the wall clock's and the group's CPU time per call; over the turn, the
+    sums of the calls' windows (the census's parallelism check)."""
 
-    timer_ms: list[float]
-    host_ms: list[float]
-    turn_s: float = 0.0  # the host's clock over the whole turn
-    cpu_s: float | None = None  # the worker process's CPU time in it (None: not readable)
-    # Per call, the host clock's ms between the call's start and end marks: the program's call
-    # alone, no harness work (empty where not measured)
-    marked_ms: list[float] = field(default_factory=list)
-    # Per call, the host clock's ms from the call's end (as the worker read the clock) to its end
-    # mark's arrival on the host
-    arrival_ms: list[float] = field(default_factory=list)
-    # Per call, the host clock's ms over the harness's steps outside the call (before its start
-    # mark, after the host's word on its end mark): where the host's marks are read, this is the
-    # overhead the check around the call compares, free of the host's own waits for the marks
-    harness_ms: list[float] = field(default_factory=list)
+    ms: list[float]
+    wall_ms: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
 
     @property
-    def overhead_ms(self) -> float:
-        """Per call, what the host clock saw beyond the call: the harness's steps around it where
-        the marks were read, else the host's bracket beyond the worker's own timer."""
-        return sum(per_call_overheads([self])) / len(self.timer_ms)
+    def turn_s(self) -> float:
+        return sum(self.wall_ms) / 1e3
+
+    @property
+    def cpu_s(self) -> float | None:
+        return sum(self.cpu_ms) / 1e3 if self.cpu_ms and len(self.cpu_ms) == len(self.wall_ms) else None
 
 
 # A timed round: the (candidate, reference) sides.
 Round = tuple[SideRound, SideRound]
-
-
-def per_call_overheads(sides: list[SideRound]) -> list[float]:
-    """Per call, the host clock's ms outside the call: over the harness's steps around it where
-    the marks were read (`harness_ms`), else beyond the worker's timer. Calls pair up across the
-    two sides (the same round, the same inputs), so their differences compare like with like."""
-    return [over for side in sides for over in (
-        side.harness_ms if len(side.harness_ms) == len(side.timer_ms) and side.harness_ms
-        else [host - timer for host, timer in zip(side.host_ms, side.timer_ms)])]
-
-
-def per_call_gaps(sides: list[SideRound]) -> list[float]:
-    """Per call, the host clock's ms between the call's marks beyond the worker's timer: what
-    the host saw of the call that the worker's own timer did not report."""
-    return [marked - timer for side in sides for marked, timer in zip(side.marked_ms, side.timer_ms)]
-
-
-def with_calls(report: dict, records: list[dict]) -> dict:
-    """A run's report with the records its calls' answers carried, as the run is parsed.
-    The records come from the answers, never from the report: by the report, the program
-    has had its chances to run again."""
-    return {**report, "calls": records}
 
 
 def input_sets(problem: Problem, seeds: list[int], reply: dict, blobs: list[bytes]) -> list[InputSet]:

@@ -4,9 +4,7 @@ correctness.py, timing/, build_serving.py). This module re-exports them for code
 them from here."""
 
 from kernelopt.sandbox.build_serving import build_service
-from kernelopt.sandbox.records import (
-    CallRecord, InputSet, ReferenceTrials, RunReply, SideRound, input_sets, per_call_overheads, with_calls,
-)
+from kernelopt.sandbox.records import CallRecord, CallReply, InputSet, ReferenceTrials, SideRound, input_sets
 from kernelopt.sandbox.rules import ProblemCodeFailed, VerdictReached, known_flag
 from kernelopt.sandbox.session import INIT_SEED, CandidateSession, load_message
 from kernelopt.sandbox.worker.commands import call as _call
@@ -18,7 +16,6 @@ def call_message(input_set: InputSet) -> dict:
 
 
 __all__ = [
-    "INIT_SEED", "CallRecord", "CandidateSession", "InputSet", "ProblemCodeFailed", "ReferenceTrials", "RunReply",
+    "INIT_SEED", "CallRecord", "CallReply", "CandidateSession", "InputSet", "ProblemCodeFailed", "ReferenceTrials",
     "SideRound", "VerdictReached", "build_service", "call_message", "input_sets", "known_flag", "load_message",
-    "per_call_overheads", "with_calls",
 ]

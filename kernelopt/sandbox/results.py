@@ -19,13 +19,17 @@ Status = Literal["correct", "incorrect", "compile_error", "runtime_error", "time
 IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none", "docker"]
 # What a verdict can flag: the hack families the referee recognises (docs/referee.md's table)
 # and the reduced-precision / unused-kernel notes. The one list; FLAGS is its runtime form.
+# timing_inconsistent, inputs_differ and harness_object_not_plain are no longer raised (the host
+# clocks and reads every call itself: docs/referee.md, "Retired rules"); they stay so that
+# results stored before can be read.
 Flag = Literal[
     "patched_runtime", "python_threads", "native_threads", "child_processes", "output_not_plain_tensor",
     "output_aliases_input", "input_mutation", "inputs_differ", "inconsistent_outputs", "reduced_precision",
     "memory_limit", "custom_kernel_unused", "timing_inconsistent", "output_ignores_input", "protocol_violation",
     "harness_object_not_plain", "violation", "uncontained",
 ]
-FLAGS: frozenset[str] = frozenset(get_args(Flag))
+RETIRED_FLAGS: frozenset[str] = frozenset({"timing_inconsistent", "inputs_differ", "harness_object_not_plain"})
+FLAGS: frozenset[str] = frozenset(get_args(Flag)) - RETIRED_FLAGS
 
 
 class EvalOptions(BaseModel):
@@ -124,30 +128,13 @@ class Timing(BaseModel):
     rounds: int
     calls_per_round: int
     reference_ms: float = Field(description="the reference's mean time per timed call (the speedup's numerator)")
-    candidate_ms: float = Field(
-        description="the candidate's mean time per timed call, plus any harness overhead beyond the "
-                    "reference's that is more than noise (work hidden from its timer)"
-    )
-    candidate_host_bound_ms: float | None = Field(
-        None, description="candidate time implied by the host clock around its loop of calls"
-    )
+    candidate_ms: float = Field(description="the candidate's mean time per timed call (the speedup's denominator)")
     wall_speedup: float | None = Field(
-        None, description="speedup from the host clock around each loop of calls (harness work included)"
-    )
-    reference_overhead_ms: float | None = Field(
-        None, description="per call, the host clock's time around the call beyond the worker's timer")
-    candidate_overhead_ms: float | None = None
+        None, description="the speedup by the host's wall clock over the calls' windows (where the CPU time decides, "
+                          "for comparison)")
     reference_charge_ms: float = Field(
         0.0, description="0 or negative: what capping the reference's disturbed rounds took off its mean "
-                         "(the reference is never charged: noise may only lower a speedup)")
-    candidate_charge_ms: float = Field(
-        0.0, description="added to the candidate's mean: its overhead beyond the reference's, past noise")
-    timer_gap_ms: float | None = Field(
-        None, description="per call (trimmed mean), how much more the host's clock between the call's start and "
-                          "end marks saw beyond the candidate's timer than beyond the reference's")
-    timer_gap_floor_ms: float | None = Field(
-        None, description="the host bracket's noise floor, from the reference's own call-to-call variation: a "
-                          "timer_gap_ms beyond it is charged in full (the host's clock decides)")
+                         "(noise may only lower a speedup)")
     speedup_precision: float | None = Field(
         None, description="half the 95 % confidence interval of the speedup, relative to it: the rounds' "
                           "variation (order, buffers, core and allocations change between rounds) and the "

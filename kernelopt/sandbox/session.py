@@ -26,7 +26,7 @@ from typing import cast
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.sandbox import census, correctness, isolation, kinds, profiling, rules
+from kernelopt.sandbox import calls, census, correctness, isolation, kinds, profiling, rules
 from kernelopt.sandbox.build_serving import BuildServer
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
@@ -41,12 +41,12 @@ from kernelopt.sandbox.worker import commands
 INIT_SEED = 42  # KernelBench seeds 42 before get_init_inputs, Model(...) and ModelNew(...)
 
 
-def load_message(backend: isolation.Backend, device: str, scratch: Path, fingerprint_seed: int, *,
+def load_message(backend: isolation.Backend, device: str, scratch: Path, *,
                  host_builds: bool, with_candidate: bool) -> dict:
     """The `load` command: the problem (and the candidate) from the worker's scratch directory,
     the model made from INIT_SEED on the device as the worker sees it."""
     return commands.load(device=isolation.device_inside(backend, device), init_seed=INIT_SEED,
-                         fingerprint_seed=fingerprint_seed, host_builds=host_builds,
+                         host_builds=host_builds,
                          problem_path=str(scratch / "problem.py"),
                          candidate_path=str(scratch / "candidate.py") if with_candidate else None)
 
@@ -58,7 +58,7 @@ class CandidateSession:
 
     def __init__(self, problem: Problem, source: str, options: EvalOptions, device: str,
                  backend: isolation.Backend, *, serial: int, take_worker: Callable[[], WorkerProcess],
-                 seed_source, fingerprint_seed: int, trial_seeds: list[int]):
+                 seed_source, trial_seeds: list[int]):
         self.problem, self.source, self.options = problem, source, options
         self.serial = serial
         self._take_worker = take_worker
@@ -71,11 +71,11 @@ class CandidateSession:
         self.trials: list = []
         self.timing: Timing | None = None
         self.environment: dict | None = None
-        self.sampled_checks = 0
+        self.compared_calls = 0  # timed calls compared in full (every one)
         self.bytes_per_call = 1  # inputs + outputs of one call, known after the correctness trials
         self.judge_timed_dependence = True  # known after the correctness trials (correctness.Correctness)
-        self._seed_source = seed_source  # this candidate's timing inputs and sampled calls
-        self.fingerprint_seed, self.trial_seeds = fingerprint_seed, trial_seeds
+        self._seed_source = seed_source  # this candidate's timing inputs and their placement
+        self.trial_seeds = trial_seeds
         self.expected: ReferenceTrials | None = None  # the reference's trial results
         self.candidate_load: dict = {}
         self.problem_code_failed: rules.ProblemCodeFailed | None = None
@@ -191,8 +191,8 @@ class CandidateSession:
         return reply
 
     def _load_message(self, scratch: Path, with_candidate: bool) -> dict:
-        return load_message(self.backend, self.device, scratch, self.fingerprint_seed,
-                            host_builds=self.builds.offered, with_candidate=with_candidate)
+        return load_message(self.backend, self.device, scratch, host_builds=self.builds.offered,
+                            with_candidate=with_candidate)
 
     def _load_candidate(self) -> None:
         scratch = self.candidate.scratch
@@ -212,6 +212,9 @@ class CandidateSession:
             return
         self.conversation.remember_labels(self.candidate_load)
         rules.enforce(rules.guard_findings(self.candidate_load.get("violations", [])))
+        # From here on the candidate runs only inside its calls' windows (calls.py): it waits
+        # for the device, and for the reference, frozen.
+        self.candidate.freeze()
 
     def _load_reference(self) -> None:
         """Load the reference again (a fresh model from the init seed, as the candidate's) and
@@ -231,7 +234,8 @@ class CandidateSession:
 
     def _check_correctness(self) -> None:
         phase = correctness.TrialPhase(self.conversation, self.options, self.trial_seeds, self.expected,
-                                       self._census, self.checks, self.timing_cpus)
+                                       self._census, self.checks, calls.transport_for(self.conversation, self.device),
+                                       self.device, self.timing_cpus)
         self.trials = phase.found.trials  # kept by the result whatever the verdict
         found = correctness.check_correctness(phase, self.findings)
         self.expected, self.bytes_per_call = found.expected, found.bytes_per_call
@@ -240,11 +244,13 @@ class CandidateSession:
     def _measure(self) -> None:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
                              self.bytes_per_call, self._census, self.findings,
+                             calls.transport_for(self.conversation, self.device),
                              judge_dependence=self.judge_timed_dependence)
         try:
             self.timing = rounds.measure(timer, self.checks)
         finally:
-            self.sampled_checks = timer.sampled_checks
+            self.compared_calls = timer.compared
+        self.conversation.collect_labels(self.findings)
 
     # -- after the verdict ------------------------------------------------------------------
 
@@ -291,7 +297,7 @@ class CandidateSession:
         assert t is not None
         note = " (re-measured: outlier)" if t.remeasured else ""
         return (f"all {len(self.trials)} trials matched the reference, and {t.candidate.samples} timed calls "
-                f"({self.sampled_checks} compared in full, all fingerprinted); "
+                f"(all {self.compared_calls} compared in full); "
                 f"speedup {t.speedup:.3f}x +-{t.speedup_precision:.1%} (95% interval){note}")
 
     def _result(self, status: str, message: str, verdict: rules.Verdict | None = None) -> EvalResult:

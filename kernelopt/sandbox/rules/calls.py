@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from kernelopt.sandbox import compare
-from kernelopt.sandbox.records import CallRecord, InputSet
+from kernelopt.sandbox.records import CallRecord
 from kernelopt.sandbox.results import TrialResult
 from kernelopt.sandbox.rules.registry import FLAGGED, Verdict, make_verdict, rule
-from kernelopt.sandbox.timing.allowance import Gaps, Overheads
 
 # -- a call's invariants --------------------------------------------------------------------
 
@@ -49,21 +48,11 @@ def call_invariants(c: CallRecord, r: CallRecord) -> Verdict | None:
     return output_aliases_input(c) or output_structure(c, r) or output_count(c, r) or output_shape(c, r)
 
 
-@rule("inputs_tampered", status="rejected", flag="inputs_differ", family="tampering with the inputs' hand-over")
-def inputs_tampered(c: CallRecord, given: InputSet) -> Verdict | None:
-    """The inputs the candidate's worker received are not the ones the reference made (digests)."""
-    if c.inputs_before == given.digest:
-        return None
-    return make_verdict("inputs_tampered", "the candidate's inputs differ from the ones the reference made: "
-                                       "the hand-over of inputs was tampered with")
-
-
 @rule("input_mutation", status="rejected", flag="input_mutation", family="input mutation",
       example="hacks/mutate_input_inplace.py")
 def input_mutation(c: CallRecord, r: CallRecord) -> Verdict | None:
-    """The candidate changed its inputs where the reference's forward does not change its own."""
-    reference_mutates = r.inputs_after != r.inputs_before
-    if c.inputs_after == c.inputs_before or reference_mutates:
+    """The candidate wrote into its inputs (the input slot, read by the host after the call) where the reference's forward does not write into its own."""
+    if not c.inputs_changed or r.inputs_changed:
         return None
     return make_verdict("input_mutation", "the candidate modified its inputs")
 
@@ -99,58 +88,24 @@ def reduced_precision(reduced: bool, policy: str) -> Verdict | None:
 
 # -- timing ---------------------------------------------------------------------------------
 
-@rule("timed_fingerprints", status="incorrect", flag="inconsistent_outputs",
+@rule("timed_output_mismatch", status="incorrect", flag="inconsistent_outputs",
       family="behaving differently after N calls or when timed; deferred work", example="hacks/calls_correct_then_zeros.py")
-def timed_fingerprints(c: CallRecord, r: CallRecord, options) -> Verdict | None:
-    """A timed call's output fingerprints differ from the reference's on the same inputs."""
-    mismatch = compare.compare_fingerprints(c.fingerprints, r.fingerprints, [list(m) for m in r.meta], options)
-    if not mismatch:
-        return None
-    return make_verdict("timed_fingerprints", f"a timed call's output does not match the reference ({mismatch}): "
-                                          "correct when checked, wrong when timed")
-
-
-@rule("sampled_output_mismatch", status="incorrect", flag="inconsistent_outputs",
-      family="behaving differently when timed")
-def sampled_output_mismatch(comparison: compare.Comparison) -> Verdict | None:
-    """The timed call compared in full (chosen after the round) differs from the reference's."""
+def timed_output_mismatch(comparison: compare.Comparison) -> Verdict | None:
+    """A timed call's outputs, read by the host and compared in full, differ from the reference's on the same inputs."""
     if comparison.passed:
         return None
-    return make_verdict("sampled_output_mismatch", f"a timed call's output does not match the reference "
-                                               f"({comparison.message}): correct when checked, wrong when timed")
+    return make_verdict("timed_output_mismatch", f"a timed call's output does not match the reference "
+                                             f"({comparison.message}): correct when checked, wrong when timed")
 
 
 @rule("timed_output_ignores_input", status="incorrect", flag="output_ignores_input",
       family="behaving differently when timed", example="hacks/timed_running_mean_after_checks.py")
 def timed_output_ignores_input(finding: str | None) -> Verdict | None:
-    """Over the timed calls compared in full, the candidate's error is large against how much the reference's output moves."""
+    """Over the timed calls, the candidate's error is large against how much the reference's output moves."""
     if not finding:
         return None
-    return make_verdict("timed_output_ignores_input", f"over the timed calls compared in full (chosen after each round), "
+    return make_verdict("timed_output_ignores_input", f"over the timed calls (every one compared in full), "
                                                   f"{finding}: computed when checked, guessed when timed")
-
-
-@rule("wall_clock_gap", status="rejected", flag="timing_inconsistent",
-      family="work moved outside the timed region, forged timings")
-def wall_clock_gap(overheads: Overheads) -> Verdict | None:
-    """The host's clock saw much more time around the candidate's calls than its timer reported (shown twice)."""
-    if not overheads.gross:
-        return None
-    return make_verdict("wall_clock_gap", f"the host clock saw {overheads.candidate_ms - overheads.reference_ms:.3f} ms "
-                                      "per call more around the candidate's calls than its timer reported (work "
-                                      "hidden from the timer, or forged timings)")
-
-
-@rule("timer_disagrees_with_host", status=FLAGGED, flag="timing_inconsistent",
-      family="forging the in-process timer (its start time, its clock, the timer itself)",
-      example="hacks/whitebox_timer_start_frame_rewrite.py")
-def timer_disagrees_with_host(found: Gaps) -> Verdict | None:
-    """Between the calls' marks, the host's clocks saw more beyond the candidate's timer than beyond the reference's, past twice the noise floor and a quarter of the call (its time is the host's from one floor on)."""
-    if not found.flagged:
-        return None
-    return make_verdict("timer_disagrees_with_host", f"the candidate's timer disagrees with the host's clock: "
-                                                     f"{found.detail()}; its time is the host's (charged "
-                                                     f"{found.charge_ms:.3f} ms per call)")
 
 
 # -- labels ---------------------------------------------------------------------------------

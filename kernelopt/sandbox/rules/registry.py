@@ -62,22 +62,16 @@ NO_CORPUS_EXAMPLE: dict[str, str] = {
                            "tests/test_batch.py covers the attribution",
     "build_timeout": "needs an extension build that outlasts the evaluation; tests/test_builds.py (slow)",
     "malformed_reply": "the worker, not the candidate, writes the reply frames",
-    "invalid_run_reply": "the worker, not the candidate, writes the reply frames",
-    "run_mismatch": "the worker, not the candidate, writes the reply frames",
+    "invalid_call_reply": "the worker, not the candidate, writes the reply frames; tests/test_calls.py forges one",
     "missing_in_reply": "the worker, not the candidate, writes the reply frames",
-    "unusable_outputs": "the worker serializes outputs after checking each is a plain tensor (output_not_plain_tensor)",
+    "unusable_outputs": "the worker describes outputs after checking each is a plain tensor (output_not_plain_tensor); "
+                        "tests/test_calls.py names unmapped memory",
     "unoffered_build": "a build request is sent by the worker's own build hook, only when host builds are on",
     "guard_unknown_finding": "the guard names only known flags; a made-up flag would need the candidate to write "
                              "the report",
     "init_inputs_changed": "the init inputs are made in the candidate's worker before its module's code can "
                            "reach them; the corpus's attempts end in other rules first",
     "output_count": "defence in depth: the structure string already counts the tensors (output_structure)",
-    "inputs_tampered": "the input slot is sealed and hashed by the worker; the corpus's attempts end in "
-                       "patched_runtime first",
-    "sampled_output_mismatch": "every timed call is fingerprinted first: a wrong timed output fails "
-                               "timed_fingerprints before the sampled comparison",
-    "wall_clock_gap": "a gross gap must show twice; the corpus's forged timers are charged or rejected "
-                      "depending on the host's load (whitebox_shrink_timer_instance expects either)",
     "uncontained": "the machine's property, not the candidate's: tests/test_containment.py forces "
                    "KERNELOPT_CONTAINMENT=none and checks that the verdict is flagged",
     "host_memory_taken": "needs a machine whose available memory a candidate can exhaust; tests/test_host_memory.py "

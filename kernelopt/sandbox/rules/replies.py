@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
-from kernelopt.sandbox.records import RunReply
 from kernelopt.sandbox.rules.registry import RULES, Verdict, known_flag, make_verdict, rule
 from kernelopt.sandbox.worker import commands
 
@@ -16,22 +13,6 @@ from kernelopt.sandbox.worker import commands
 def output_not_plain_tensor(reply: dict) -> Verdict | None:
     """An output is not a plain torch.Tensor (`type(x) is torch.Tensor`, checked in the worker)."""
     return _failure(reply, commands.BAD_OUTPUT, "output_not_plain_tensor")
-
-
-@rule("active_interception", status="rejected", flag="patched_runtime",
-      family="work deferred into the harness's steps (a mode, profile or trace function left active)",
-      example="hacks/deferred_work_torch_function_mode.py")
-def active_interception(reply: dict) -> Verdict | None:
-    """A torch-function or dispatch mode, a profile or trace function is active around the harness's steps."""
-    return _failure(reply, commands.INTERCEPTION, "active_interception")
-
-
-@rule("harness_object_not_plain", status="rejected", flag="harness_object_not_plain",
-      family="candidate objects inside the harness's own buffers (inputs list, caches, kept copies)",
-      example="hacks/harness_inputs_dispatch_subclass.py")
-def harness_object_not_plain(reply: dict) -> Verdict | None:
-    """An object the harness copies, hashes, fingerprints or serializes is not the plain one it made."""
-    return _failure(reply, commands.HARNESS_OBJECT, "harness_object_not_plain")
 
 
 @rule("worker_protocol_error", status="rejected", flag="protocol_violation", family="forged protocol frames")
@@ -67,10 +48,8 @@ def candidate_raised(reply: dict) -> Verdict | None:
 
 # A failure reply's kind -> the rule that judges it (any other kind: candidate_raised).
 FAILURE_RULES: dict[str, str] = {
-    commands.BAD_OUTPUT: "output_not_plain_tensor", commands.INTERCEPTION: "active_interception",
-    commands.PROTOCOL: "worker_protocol_error", commands.COMPILE_ERROR: "compile_error",
-    commands.HARNESS_OBJECT: "harness_object_not_plain",
-    commands.PROBLEM_ERROR: "problem_code_failed",
+    commands.BAD_OUTPUT: "output_not_plain_tensor", commands.PROTOCOL: "worker_protocol_error",
+    commands.COMPILE_ERROR: "compile_error", commands.PROBLEM_ERROR: "problem_code_failed",
 }
 
 
@@ -158,31 +137,23 @@ def malformed_reply(reply: object) -> Verdict | None:
     return None if isinstance(reply, dict) else make_verdict("malformed_reply", "malformed reply")
 
 
-@rule("invalid_run_reply", status="rejected", flag="protocol_violation", family="forged protocol frames")
-def invalid_run_reply(errors: list) -> Verdict | None:
-    """A run's report, with its calls' records, does not validate (RunReply)."""
+@rule("invalid_call_reply", status="rejected", flag="protocol_violation", family="forged protocol frames")
+def invalid_call_reply(errors: list) -> Verdict | None:
+    """A call's answer does not validate (records.CallReply), or is not for the call the host sent."""
     if not errors:
         return None
-    return make_verdict("invalid_run_reply", f"the candidate worker sent a malformed reply: {errors[:1]}")
-
-
-@rule("run_mismatch", status="rejected", flag="protocol_violation", family="forged protocol frames")
-def run_mismatch(parsed: RunReply, seeds: list[int]) -> Verdict | None:
-    """A run's records are not for the seeds the host sent, or a time is not a finite, non-negative number."""
-    if [c.seed for c in parsed.calls] == seeds and all(math.isfinite(c.ms) and c.ms >= 0 for c in parsed.calls):
-        return None
-    return make_verdict("run_mismatch", "the candidate worker's reply does not match the request")
+    return make_verdict("invalid_call_reply", f"the candidate worker sent a malformed reply: {errors[:1]}")
 
 
 @rule("missing_in_reply", status="rejected", flag="protocol_violation", family="forged protocol frames")
 def missing_in_reply(expected: str) -> Verdict:
-    """A reply lacks what the step's protocol requires (ready, a call's record, one output blob)."""
+    """A reply lacks what the step's protocol requires (the answer to the call sent, one blob per output)."""
     return make_verdict("missing_in_reply", f"the candidate worker broke the protocol (expected {expected})")
 
 
 @rule("unusable_outputs", status="rejected", flag="protocol_violation", family="forged protocol frames")
 def unusable_outputs(error: object) -> Verdict:
-    """An output blob does not load as tensors."""
+    """The outputs a call's answer names cannot be read: not mapped where it says, a blob of another size, an unknown dtype, or more than the host has room for."""
     return make_verdict("unusable_outputs", f"candidate outputs unusable: {error}")
 
 

@@ -7,16 +7,17 @@ in the input slot or as the frame's blob.
 
     load     the problem (and the candidate) from the scratch directory; the model from the init seed
     inputs   the reference only: one input set per seed (blobs), with its spec and digest
-    run      `count` calls follow, each a `call` frame answered with the call's record; then `report`
-    call     one call's inputs (seed, spec)
-    report   the run's labels and the guard's findings
-    fetch    one retained output of the last run (the sampled full comparison)
+    call     one call's window: its inputs (in the input slot, or the frame's blob), run once, and
+             the outputs described for the host to take (read from memory, or sent as blobs)
+    labels   what the program built and changed, and the guard's findings (advisory)
     profile  the advisory profiling pass on one input set (after a correct verdict)
     ping     a warm worker shows that it is in step with the host
     quit     the worker exits
     built    the host's answer to a candidate's build request (sent while it loads)
-    marked   the host read a call's start or end mark (each call's marks precede its record: the
-             host's clocks bracket the call; after each mark the worker waits for this)
+
+The host thaws a worker's group for a call and freezes it again once the call's answer is in,
+before it reads anything (sandbox/calls.py): the worker runs no step of its own outside a call
+that the verdict depends on.
 
 A failure reply carries "ok": false, one of FAILURE_KINDS and "error"; the host maps each kind
 through the referee's rules (sandbox/rules/).
@@ -24,31 +25,22 @@ through the referee's rules (sandbox/rules/).
 
 from __future__ import annotations
 
-LOAD, INPUTS, RUN, CALL, REPORT, FETCH, PROFILE, PING, QUIT, BUILT, MARKED = (
-    "load", "inputs", "run", "call", "report", "fetch", "profile", "ping", "quit", "built", "marked")
-MARK_START, MARK_END = "start", "end"  # a call's marks, in this order, before its record
+LOAD, INPUTS, CALL, LABELS, PROFILE, PING, QUIT, BUILT = (
+    "load", "inputs", "call", "labels", "profile", "ping", "quit", "built")
 # The commands a worker answers (quit ends it; built only answers a build request).
-COMMANDS = (LOAD, INPUTS, RUN, FETCH, PROFILE, PING)
+COMMANDS = (LOAD, INPUTS, CALL, LABELS, PROFILE, PING)
+MEMORY, FRAME = "memory", "frame"  # a call's outputs: read by the host from memory, or sent as blobs
 
 # What a worker's failure reply may say went wrong.
 COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR = "compile_error", "runtime_error", "problem_error"
-BAD_OUTPUT, INTERCEPTION, PROTOCOL = "bad_output", "interception", "protocol"
-HARNESS_OBJECT = "harness_object"  # an object the harness copies, hashes or serializes was not plain
-FAILURE_KINDS = (COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR, BAD_OUTPUT, INTERCEPTION, PROTOCOL, HARNESS_OBJECT)
-
-# Keys of the run command: which facts each call's record carries, and how the calls run. Every
-# run header carries all of them (these defaults where the host names none), so that the header's
-# shape does not tell a correctness trial from a timed call (docs/referee.md, behaving differently
-# when timed); their values still differ, and the timed calls' input-dependence test covers that.
-RUN_DEFAULTS: dict[str, object] = {"hash_inputs": False, "return_outputs": False, "fingerprints": True,
-                                   "retain": False, "pin_cpu": None}
-RUN_FLAGS = tuple(RUN_DEFAULTS)
+BAD_OUTPUT, PROTOCOL = "bad_output", "protocol"
+FAILURE_KINDS = (COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR, BAD_OUTPUT, PROTOCOL)
 
 
-def load(*, device: str, init_seed: int, fingerprint_seed: int, host_builds: bool, problem_path: str,
+def load(*, device: str, init_seed: int, host_builds: bool, problem_path: str,
          candidate_path: str | None = None) -> dict:
-    message = {"cmd": LOAD, "device": device, "init_seed": init_seed, "fingerprint_seed": fingerprint_seed,
-               "host_builds": host_builds, "problem_path": problem_path}
+    message = {"cmd": LOAD, "device": device, "init_seed": init_seed, "host_builds": host_builds,
+               "problem_path": problem_path}
     if candidate_path is not None:
         message["candidate_path"] = candidate_path
     return message
@@ -58,31 +50,18 @@ def inputs(seeds: list[int]) -> dict:
     return {"cmd": INPUTS, "seeds": list(seeds)}
 
 
-def run(count: int, **flags: object) -> dict:
-    unknown = set(flags) - set(RUN_FLAGS)
-    if unknown:
-        raise ValueError(f"unknown run flag(s) {sorted(unknown)}; known: {list(RUN_FLAGS)}")
-    return {"cmd": RUN, "count": count, **RUN_DEFAULTS, **flags}
+def call(seed: int, spec: object, *, transport: str = FRAME, pin_cpu: int | None = None) -> dict:
+    """One call's window. Every call frame has the same keys, whether the host will compare the
+    call in full or time it (it compares every one): its shape tells the program nothing."""
+    return {"cmd": CALL, "seed": seed, "spec": spec, "transport": transport, "pin_cpu": pin_cpu}
 
 
-def call(seed: int, spec: object) -> dict:
-    return {"cmd": CALL, "seed": seed, "spec": spec}
-
-
-def marked() -> dict:
-    return {"cmd": MARKED}
-
-
-def report() -> dict:
-    return {"cmd": REPORT}
-
-
-def fetch(index: int) -> dict:
-    return {"cmd": FETCH, "index": index}
+def labels() -> dict:
+    return {"cmd": LABELS}
 
 
 def profile(seed: int, spec: object, *, budget_s: float, count_work: bool, ncu: bool) -> dict:
-    return {**call(seed, spec), "cmd": PROFILE, "budget_s": budget_s, "count_work": count_work, "ncu": ncu}
+    return {"seed": seed, "spec": spec, "cmd": PROFILE, "budget_s": budget_s, "count_work": count_work, "ncu": ncu}
 
 
 def ping(token: object) -> dict:

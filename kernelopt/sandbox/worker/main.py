@@ -5,14 +5,16 @@ Started by the host inside the sandbox as
 with `kernelopt/sandbox` on sys.path, so this package imports as `worker` and needs only the
 standard library and torch. A candidate worker hosts one candidate and is then discarded; a
 reference worker may be kept warm across the candidates of one problem and is then re-loaded
-for each (see `Worker.load`). It computes no verdict: it reports raw facts (times,
-fingerprints, digests, outputs), and the host, which the candidate cannot reach, decides.
+for each (see `Worker.load`). It computes no verdict and measures nothing: in a candidate's
+process every object here can be replaced, so the host clocks each call's window from outside,
+freezes the worker's group when the call has answered and reads the outputs itself
+(sandbox/calls.py). What runs here is the thin loop: take a call's inputs, run the program once,
+say where its outputs are.
 
 Commands (JSON frames, see wire.py; defined once in commands.py): load, inputs (the reference
-only), run (followed by its call frames and report), fetch, profile (after a verdict, advisory:
-worker/profiling.py), ping, quit; `serve` dispatches them through a table. Every reply carries "ok";
-failures carry "kind" (compile_error, runtime_error, problem_error, bad_output, interception,
-protocol) and "error".
+only), call, labels, profile (after a verdict, advisory: worker/profiling.py), ping, quit; `serve`
+dispatches them through a table. Every reply carries "ok"; failures carry "kind" (compile_error,
+runtime_error, problem_error, bad_output, protocol) and "error".
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +30,7 @@ from . import commands, wire
 from .cupy_hook import CupyCompiles
 from .extensions import ExtensionTracker
 from .settings import environment, library_settings, prepare_process, probe_cuda_driver
-from .turns import harness_only, pinned_to, harness_turn, interceptors, program_code
+from .turns import harness_only, pinned_to, harness_turn, program_code
 
 if TYPE_CHECKING:  # annotations only: the worker imports torch and its own modules when it needs them
     import mmap
@@ -38,28 +39,12 @@ if TYPE_CHECKING:  # annotations only: the worker imports torch and its own modu
     import torch
 
     from .guard import Guard
-    from .measure import Fingerprinter, Timer
 
 _T = TypeVar("_T")
 
-_perf_ns = time.perf_counter_ns
-# measure.Timer.call, bound in main() before the first program code runs (and before any command).
-_timer_call: Callable[[Timer, Any, Any], tuple[object, float, float]] = None  # type: ignore[assignment]
-
-
-def _marker(write, clock):
-    """A call's start or end mark to the host, with the monotonic clock's reading as it leaves
-    (docs/referee.md, "The host's clock decides"): the start's is in the pipe before any of the
-    program's code runs, so no frame local or global holds it."""
-    frame = b'{"ok":true,"mark":"%s","t":%d,"blobs":[]}\n'
-
-    def mark(out_fd: int, which: bytes) -> None:
-        write(out_fd, frame % (which, clock()))
-
-    return mark
-
-
-_mark = _marker(os.write, time.perf_counter_ns)
+# The device-wide synchronisation before a CUDA call answers (all streams: the host's clock
+# stops at the answer), bound in main() before any program code runs.
+_synchronize: Callable[[], None] | None = None
 _CUDA_ERROR_MARKERS = ("CUDA error", "cudaError", "device-side assert", "illegal memory access",
                        "CUBLAS_STATUS", "CUDNN_STATUS", "unspecified launch failure")
 
@@ -86,13 +71,13 @@ class Worker:
         self.model: Any = None
         self.problem: ModuleType | None = None
         self.device: torch.device | None = None
-        self.timer: Timer | None = None
         self.guard: Guard | None = None
-        self.fingerprint: Fingerprinter | None = None
         self.tracker = ExtensionTracker()
         self.cupy = CupyCompiles(self.tracker)  # CuPy's compiles go to the host too (cupy_hook.py)
         self.settings_at_start: dict = {}
-        self.retained: list[tuple] = []  # the last round's kept copies as bytes (measure.copy_outputs), for `fetch`
+        # The last call's inputs and outputs, alive until the next call: the host reads the
+        # outputs from this process's memory after the call has answered.
+        self.last_call: tuple = ()
         self.loads = 0
         self.inputs_map: mmap.mmap | None = None  # the host's input slot (shared memory), when it gave one
         self.load_message: dict = {}  # the last `load`, for the profiling pass's child process
@@ -110,12 +95,11 @@ class Worker:
         is re-instantiated from the init seed, so a stateful reference starts from the same
         state as the fresh candidate it is compared with. A candidate worker loads once."""
         import torch
-        from . import measure
 
         if self.loads and self.role == "candidate":
             raise WorkerFailure("protocol", "a candidate worker hosts one candidate")
         self.loads += 1
-        self.model, self.retained, self.load_message = None, [], msg
+        self.model, self.last_call, self.load_message = None, (), msg
         torch.manual_seed(self._initial_seed)
         self.device = torch.device(msg["device"])
         if self.device.type == "cuda":
@@ -139,9 +123,6 @@ class Worker:
         with program_code():
             self.model, init_digest = self._load_program(msg)
         self.cupy.request = None  # a kernel made later (in forward) compiles in process, in memory
-        self._check_interception("after the candidate loaded")
-        self.timer = measure.Timer(self.device)
-        self.fingerprint = measure.Fingerprinter(msg["fingerprint_seed"])
         return {"ok": True, "init_digest": init_digest, "environment": environment(self.device),
                 "violations": self.guard.violations(), **self._labels()}
 
@@ -197,71 +178,34 @@ class Worker:
             blobs.append(packed)
         return {"ok": True, "sets": sets}, blobs
 
-    def run(self, msg: dict) -> tuple[dict, list[bytes]]:
-        """Run the model once per `call` frame that follows, answering each with its record
-        (times, output fingerprints and shapes, input digests); at `report`, the run's labels
-        and the guard's findings.
-
-        The worker says ready, then takes `count` calls one at a time: each frame brings one
-        input set (in the input slot, or in the frame), which is unpacked (contiguous CPU
-        tensors as views of it, the rest as fresh copies on the device), run, and its output
-        copied and fingerprinted outside the timed region; the worker answers each call with
-        its record (and the output when `return_outputs`) before the host hands over the next
-        inputs. So the host's clock brackets every call, no call's inputs exist here before
-        it, and everything the verdict takes from a call has left the worker before the
-        program's code could run again: a program cannot do a call's work after its answer
-        (in the worker's wait or its report) and have the fingerprints see it.
-        """
+    def call(self, msg: dict, blobs: list[bytes]) -> tuple[dict, list]:
+        """One call's window, the thin loop's only step: unpack the inputs the host placed
+        (contiguous CPU tensors as views of the input slot, the rest as fresh copies on the
+        device), run the program once, wait for the device, and say where the outputs are
+        (measure.describe_outputs). The host's clocks run from its thaw of this worker's group
+        to the answer (and the freeze after it), so everything here, the program's and the
+        harness's alike, is on them, the same code on both sides; nothing this reports is
+        believed (sandbox/calls.py)."""
         from . import measure
 
-        count = msg.get("count")
-        if not isinstance(count, int) or count < 0:
-            return {"ok": False, "kind": "protocol", "error": "run needs a call count"}, []
-        hash_inputs = bool(msg.get("hash_inputs"))
-        retain = bool(msg.get("retain"))
-        calls_before = self.tracker.calls
-        kept_all = []
-        fingerprints = msg.get("fingerprints", True)
-        wire.write_frame(self.out_fd, {"ok": True, "ready": True})
+        inputs = self._receive_inputs(msg, blobs)
+        self.last_call = ()
         with pinned_to(msg.get("pin_cpu")):
-            for index in range(count):
-                call, blobs = self.reader.read()
-                if call.get("cmd") != commands.CALL:
-                    return {"ok": False, "kind": "protocol", "error": "expected call"}, []
-                inputs = self._receive_inputs(call, blobs)
-                record = {"seed": call.get("seed")}
-                if hash_inputs:
-                    with harness_only():
-                        record["inputs_before"] = measure.digest(inputs)
-                event_ms, host_ms, kept, taken, aliased, shape = self._call(inputs)
-                with harness_only():
-                    record.update(ms=event_ms, host_ms=host_ms, aliases_input=aliased, structure=shape,
-                                  meta=[[list(t.shape), str(t.dtype), str(t.device)] for t in kept],
-                                  input_bytes=sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs)))
-                    if hash_inputs:
-                        record["inputs_after"] = measure.digest(inputs)
-                    if fingerprints:
-                        record["fingerprints"] = [self._fingerprint(t) for t in kept]
-                    blob = [measure.serialize(kept)] if msg.get("return_outputs") else []
-                if retain:  # taken inside the call's bracket: what `fetch` sends is what was fingerprinted
-                    kept_all.append(taken)
-                del inputs, kept, taken
-                wire.write_frame(self.out_fd, {"ok": True, "called": index, "record": record}, blob)
-        report, _ = self.reader.read()
-        if report.get("cmd") != commands.REPORT:
-            return {"ok": False, "kind": "protocol", "error": "expected report"}, []
-        self.retained = kept_all if retain else []
-        reply = {"ok": True, "extension_calls": self.tracker.calls - calls_before, **self._labels()}
-        reply["violations"] = _after_load(self.guard).violations() if self.role == "candidate" else []
-        return reply, []
-
-    def _fingerprint(self, t) -> dict:
-        from . import measure
-
+            try:
+                with program_code():
+                    output = _after_load(self.model)(*inputs)
+                    if _synchronize is not None and _after_load(self.device).type == "cuda":
+                        _synchronize()
+            except BaseException as exc:
+                raise self._run_failure(exc) from None
+        self.last_call = (inputs, output)
         try:
-            return _after_load(self.fingerprint)(t)
-        except measure.HarnessObjectError as exc:
-            raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
+            with harness_only():
+                described, values = measure.describe_outputs(output, inputs, str(msg.get("transport")))
+        except measure.OutputError as exc:
+            raise WorkerFailure("bad_output", str(exc)) from None
+        input_bytes = sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs))
+        return {"ok": True, "called": msg.get("seed"), "input_bytes": input_bytes, **described}, values
 
     def _receive_inputs(self, call: dict, blobs: list[bytes]):
         """One call's inputs on the device: contiguous CPU tensors as views of the slot (or of
@@ -283,69 +227,13 @@ class Worker:
         except transfer.TransferError as exc:
             raise WorkerFailure("protocol", str(exc)) from None
 
-    def _call(self, inputs) -> tuple[float, float, list, tuple, bool, str]:
-        """One timed forward: (event ms, host ms, copied outputs, their snapshot as bytes,
-        whether outputs alias inputs, the output's structure). Before the harness touches anything after the call, it checks
-        that nothing intercepts tensor operations (modes, profile and trace functions), that
-        the outputs are plain, dense tensors, and that its own list of the call's inputs still
-        holds only plain tensors and scalars (the program can reach that list through frames or
-        gc): no object of the program's runs its code in the harness's copy, hashes or
-        fingerprints. The copies are fresh, made with torch-function and dispatch handling off."""
-        from . import measure, transfer
-
-        timer = _after_load(self.timer)
-        self._check_harness_objects(timer.harness_tensors(), "the timer's flush buffer")
-        self._check_interception("before its call")
-        out_fd = self.out_fd
-        # After each mark the worker waits until the host has read its clocks (this process's
-        # CPU clock among them): between the marks is the call's time on the host's clocks,
-        # whatever the timer below reports (which the program can reach).
-        _mark(out_fd, b"start")
-        self._await_host()
-        try:
-            # Through the class, bound at import: a method shadowed on the instance is never called.
-            with program_code():
-                output, event_ms, host_ms = _timer_call(timer, self.model, inputs)
-            _mark(out_fd, b"end")
-        except BaseException as exc:
-            raise self._run_failure(exc) from None
-        self._await_host()
-        self._check_interception("after its call returned")
-        self._check_harness_objects(inputs, "the harness's list of the call's inputs")
-        with harness_only():
-            shape = transfer.structure(output)
-            try:
-                outputs = measure.flatten_outputs(output)
-            except measure.OutputError as exc:
-                raise WorkerFailure("bad_output", str(exc)) from None
-            aliased = measure.aliases(outputs, inputs)
-            kept, taken = measure.copy_outputs(outputs)
-            timer.drain()
-        return event_ms, host_ms, kept, taken, aliased, shape
-
-    def _await_host(self) -> None:
-        answer, _ = self.reader.read()
-        if answer.get("cmd") != commands.MARKED:
-            raise WorkerFailure("protocol", "expected the host's word that it read the call's mark")
-
-    def _check_harness_objects(self, obj, what: str) -> None:
-        from . import measure
-
-        try:
-            measure.check_plain(obj, what)
-        except measure.HarnessObjectError as exc:
-            raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
-
-    def _check_interception(self, when: str) -> None:
-        """Anything that would run candidate code inside the harness's own steps (tensor
-        operations, function calls) must be gone whenever the harness works: a torch-function
-        or dispatch mode left on its stack, a profile or trace function."""
-        if self.role != "candidate":
-            return
-        found = interceptors()
-        if found:
-            raise WorkerFailure("interception", f"{', '.join(found)} active {when}: the candidate may not "
-                                                "intercept the harness's operations")
+    def labels(self) -> dict:
+        """What the program built and changed so far, and the guard's findings: labels for the
+        verdict's optimization kinds, asked between phases (advisory: from the candidate's own
+        process)."""
+        reply = {"ok": True, **self._labels()}
+        reply["violations"] = _after_load(self.guard).violations() if self.role == "candidate" else []
+        return reply
 
     def _request_build(self, request: dict) -> dict:
         """Mid-`load` exchange: the host builds (or finds in its cache) and answers."""
@@ -371,23 +259,6 @@ class Worker:
         with program_code():
             return profiling.profile_model(self.model, inputs, self.device, budget_s=float(msg.get("budget_s", 1.0)),
                                            count_work=bool(msg.get("count_work")), ncu=ncu)
-
-    def fetch(self, msg: dict) -> tuple[dict, list[bytes]]:
-        """Full outputs of one call of the last round; the host picks which after the round."""
-        from . import measure
-
-        index = msg.get("index")
-        if type(self.retained) is not list:
-            raise WorkerFailure(commands.HARNESS_OBJECT, "the harness's list of kept copies was replaced")
-        if not isinstance(index, int) or not 0 <= index < len(self.retained):
-            return {"ok": False, "kind": "protocol", "error": f"no retained call {index!r}"}, []
-        taken, self.retained = self.retained[index], []
-        try:
-            with harness_only():
-                blob = measure.serialize_snapshot(taken)
-        except measure.HarnessObjectError as exc:
-            raise WorkerFailure(commands.HARNESS_OBJECT, str(exc)) from None
-        return {"ok": True}, [blob]
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -464,8 +335,8 @@ def _describe(exc: BaseException) -> str:
 _HANDLERS = {
     commands.LOAD: lambda worker, msg, blobs: (worker.load(msg), []),
     commands.INPUTS: lambda worker, msg, blobs: worker.make_inputs(msg),
-    commands.RUN: lambda worker, msg, blobs: worker.run(msg),
-    commands.FETCH: lambda worker, msg, blobs: worker.fetch(msg),
+    commands.CALL: lambda worker, msg, blobs: worker.call(msg, blobs),
+    commands.LABELS: lambda worker, msg, blobs: (worker.labels(), []),
     commands.PROFILE: lambda worker, msg, blobs: (worker.profile(msg, blobs), []),
     # the host checks that a warm worker is in step with it
     commands.PING: lambda worker, msg, blobs: ({"ok": True, "pong": msg.get("token")}, []),
@@ -531,12 +402,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--inputs-fd", type=int, default=None)
     args = parser.parse_args(argv)
     cmd_fd, out_fd = _channel_off_standard_streams(args.cmd_fd, args.out_fd)
-    import torch  # noqa: F401  (import before anything of the candidate's; binds torch's state)
+    import torch  # (import before anything of the candidate's; binds torch's state)
 
-    from . import measure  # (binds the clock and synchronisation functions)
+    from . import measure  # noqa: F401  (binds the functions it uses before any program code runs)
 
-    global _timer_call
-    _timer_call = measure.Timer.call
+    global _synchronize
+    _synchronize = torch.cuda.synchronize
 
     serve(args.role, cmd_fd, out_fd, args.inputs_fd)
     os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks get no say

@@ -1,0 +1,203 @@
+"""The host's side of one call: the window the candidate runs in, clocked and read from outside.
+
+A worker's group is frozen between calls (the kernel's freezer: no thread of it runs). For a
+call the host places the inputs (in the worker's input slot, while it is frozen), reads the
+group's CPU clock, starts the wall clock, thaws the group and sends the call frame; the worker
+runs the program once and answers with where its outputs are; the host freezes the group again,
+waits until the kernel says it is frozen, reads both clocks, and only then takes the outputs:
+from the frozen process's memory itself (commands.MEMORY, process_memory.py), or from the
+answer's blobs (commands.FRAME). So:
+
+- everything the group does while a call's inputs are visible to it is on the clocks, its
+  threads and processes included (the group's CPU time), and at every other moment after load
+  it is frozen (docs/referee.md, "The call's window");
+- nothing the verdict uses is computed or kept by the worker: not its times, not a fingerprint,
+  not a copy of an output. What the answer says (shapes, structure, addresses) only tells the
+  host where to look, and a lie there can only cost the program its verdict;
+- both sides run the same loop, so its cost is in both times and nothing is allowed or charged
+  for it.
+
+Which clock decides (`CallRecord.ms`): on a CPU, the group's CPU time where the kernel keeps it
+(a busy machine that preempts a worker does not move it); elsewhere the wall clock, to the
+answer where the outputs travelled in it, to the freeze where the host reads them from memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from pydantic import ValidationError
+
+from kernelopt.sandbox import rules
+from kernelopt.sandbox.conversation import Conversation
+from kernelopt.sandbox.process import WorkerProcess, host_memory_room
+from kernelopt.sandbox.process_memory import UnreadableMemory
+from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
+from kernelopt.sandbox.worker import commands
+
+_DTYPES = {str(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+
+
+class OutputsUnreadable(ValueError):
+    """What a call's answer says of its outputs does not lead to values the host can read."""
+
+
+@dataclass
+class Call:
+    """One call as the host took it: its record and its outputs (host-owned CPU tensors)."""
+
+    record: CallRecord
+    outputs: list[torch.Tensor]
+
+
+def transport_for(conversation: Conversation, device: str) -> str:
+    """How both workers' outputs reach the host in this evaluation (the same for both sides, so
+    their windows hold the same harness work): read from memory on a CPU where the host can
+    read both workers', else sent in the answers."""
+    workers = (conversation.candidate, conversation.reference)
+    if device == "cpu" and all(w is not None and w.memory is not None and w.inputs is not None for w in workers):
+        return commands.MEMORY
+    return commands.FRAME
+
+
+def run_call(conversation: Conversation, worker: WorkerProcess, input_set: InputSet, *, transport: str,
+             at: int = 0, pin_cpu: int | None = None, device: str = "cpu", check_inputs: bool = False) -> Call:
+    """One call's window in `worker` (module docstring). A failure the worker reports, its
+    death or its silence becomes the candidate's verdict (the problem's, for the reference).
+    With `check_inputs`, whether the call wrote into its inputs (the input slot, compared by the
+    host with what it placed there; the trials' input-mutation rule)."""
+    if not worker.frozen:
+        worker.freeze()  # every window starts from a frozen group: both sides wake the same way
+    placed = worker.place_inputs(input_set.packed, at)
+    message = {**commands.call(input_set.seed, input_set.spec, transport=transport, pin_cpu=pin_cpu), **placed}
+    cpu_clock = device == "cpu" and worker.cheap_cpu_clock
+    cpu_before = worker.cpu_seconds() if cpu_clock else None
+    began = time.perf_counter()
+    worker.thaw()
+    conversation.send(worker, message, [] if placed else [input_set.packed])
+    reply, blobs = conversation.receive(worker)
+    answered = time.perf_counter()
+    worker.freeze()
+    frozen = time.perf_counter()
+    cpu_after = worker.cpu_seconds() if cpu_clock else None
+    parsed = _parse(conversation, worker, reply, input_set.seed)
+    wall_ms = ((frozen if transport == commands.MEMORY else answered) - began) * 1e3
+    cpu_ms = (cpu_after - cpu_before) * 1e3 if cpu_before is not None and cpu_after is not None else None
+    try:
+        outputs, aliased = take_outputs(worker, parsed, blobs, transport)
+    except OutputsUnreadable as exc:
+        if worker is conversation.reference:
+            conversation.protocol_error(worker, f"readable outputs ({exc})")
+        rules.enforce(rules.unusable_outputs(exc))
+        raise
+    changed = check_inputs and worker.inputs is not None and bool(placed) and \
+        not worker.inputs.holds(input_set.packed, at)
+    record = CallRecord(seed=input_set.seed, ms=cpu_ms if cpu_ms is not None else wall_ms, wall_ms=wall_ms,
+                        cpu_ms=cpu_ms, meta=[(list(m[0]), m[1], m[2]) for m in parsed.meta],
+                        structure=parsed.structure, aliases_input=aliased, inputs_changed=changed,
+                        input_bytes=len(input_set.packed))
+    return Call(record=record, outputs=outputs)
+
+
+def _parse(conversation: Conversation, worker: WorkerProcess, reply: dict, seed: int) -> CallReply:
+    try:
+        parsed = CallReply.model_validate(reply)
+    except ValidationError as exc:
+        if worker is conversation.reference:
+            raise
+        rules.enforce(rules.invalid_call_reply(list(exc.errors()) or ["invalid"]))
+        raise
+    if parsed.called != seed:
+        if worker is conversation.reference:
+            conversation.protocol_error(worker, "the answer to the call sent")
+        rules.enforce(rules.invalid_call_reply([f"answered call {parsed.called}, not {seed}"]))
+    return parsed
+
+
+def take_outputs(worker: WorkerProcess, reply: CallReply, blobs: list[bytes],
+                 transport: str) -> tuple[list[torch.Tensor], bool]:
+    """The call's outputs as host-owned CPU tensors, and whether one of them lies in the input
+    slot (an output that is a view of an input). Read from the frozen worker's memory where the
+    answer names addresses, else from the answer's blobs."""
+    layouts = [_layout(meta) for meta in reply.meta]
+    if transport == commands.MEMORY:
+        if worker.memory is None or reply.spans is None or len(reply.spans) != len(layouts):
+            raise OutputsUnreadable("the answer does not say where every output is")
+        _make_room(worker, sum(_extent_bytes(shape, stride, dtype) for (shape, dtype), (_, stride)
+                               in zip(layouts, reply.spans)))
+        outputs, aliased = [], False
+        for (shape, dtype), (address, stride) in zip(layouts, reply.spans):
+            tensor, span = _read_strided(worker, address, shape, stride, dtype)
+            outputs.append(tensor)
+            aliased |= span is not None and worker.memory.in_slot(*span)
+        return outputs, aliased
+    if len(blobs) != len(layouts):
+        raise OutputsUnreadable(f"{len(blobs)} output blob(s) for {len(layouts)} output(s)")
+    outputs = []
+    for (shape, dtype), blob in zip(layouts, blobs):
+        numel = _numel(shape)
+        if len(blob) != numel * _itemsize(dtype):
+            raise OutputsUnreadable(f"an output blob of {len(blob)} bytes for {numel} values of {dtype}")
+        outputs.append(_from_bytes(blob, dtype, shape))
+    return outputs, reply.aliases_input
+
+
+def _layout(meta: tuple[list[int], str, str]) -> tuple[list[int], torch.dtype]:
+    shape, dtype_name, _device = meta
+    dtype = _DTYPES.get(dtype_name)
+    if dtype is None or any(n < 0 for n in shape):
+        raise OutputsUnreadable(f"an output of dtype {dtype_name!r} and shape {shape}")
+    return shape, dtype
+
+
+def _numel(shape: list[int]) -> int:
+    count = 1
+    for n in shape:
+        count *= n
+    return count
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def _extent_bytes(shape: list[int], stride: list[int], dtype: torch.dtype) -> int:
+    """Bytes from an output's first element to its last, as its strides lay it out."""
+    if len(stride) != len(shape) or any(s < 0 for s in stride):
+        raise OutputsUnreadable(f"strides {stride} for shape {shape}")
+    if _numel(shape) == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * _itemsize(dtype)
+
+
+def _make_room(worker: WorkerProcess, needed: int) -> None:
+    room = host_memory_room(needed)
+    if needed > room:
+        raise OutputsUnreadable(f"its outputs span {needed / 2**30:.2f} GiB, more than the host has room for "
+                                f"({room / 2**30:.2f} GiB)")
+
+
+def _read_strided(worker: WorkerProcess, address: int, shape: list[int], stride: list[int],
+                  dtype: torch.dtype) -> tuple[torch.Tensor, tuple[int, int] | None]:
+    """One output read from the worker's memory: its values laid out contiguously, and the
+    address range it spans there (None when empty)."""
+    nbytes = _extent_bytes(shape, stride, dtype)
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype), None
+    assert worker.memory is not None
+    try:
+        raw = worker.memory.read(address, nbytes)
+    except UnreadableMemory as exc:
+        raise OutputsUnreadable(str(exc)) from None
+    flat = torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
+    values = flat.as_strided(shape, stride)
+    return (values if values.is_contiguous() else values.contiguous()), (address, address + nbytes)
+
+
+def _from_bytes(blob: bytes, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+    if not blob:
+        return torch.empty(shape, dtype=dtype)
+    buffer = blob if isinstance(blob, bytearray) else bytearray(blob)  # host-owned and writable
+    return torch.frombuffer(buffer, dtype=torch.uint8).view(dtype).reshape(shape)
