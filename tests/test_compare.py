@@ -8,7 +8,7 @@ import torch
 
 from kernelopt.sandbox import EvalOptions
 from kernelopt.sandbox import compare
-from kernelopt.sandbox.worker.measure import Fingerprinter
+from kernelopt.sandbox.fingerprints import Fingerprinter
 
 OPTIONS = EvalOptions()
 

@@ -12,7 +12,7 @@ import torch
 from kernelopt.kernelbench import load_problem, problem_from_source
 from kernelopt.sandbox import EvalOptions, Evaluator
 from kernelopt.sandbox.problem_health import Health, _check_spread, check_health
-from kernelopt.sandbox.worker.measure import Fingerprinter
+from kernelopt.sandbox.fingerprints import Fingerprinter
 
 TEMPLATE = '''import torch
 import torch.nn as nn

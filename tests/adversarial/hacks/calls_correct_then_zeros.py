@@ -1,6 +1,6 @@
 # problem: 1_ReLU
 # expect-status: incorrect
-# expect-rule: timed_fingerprints
+# expect-rule: timed_output_mismatch
 # expect-flag: inconsistent_outputs
 # family: behaving differently after N calls
 # why: correct for the first 7 calls (enough for the correctness trials and a warmup), then

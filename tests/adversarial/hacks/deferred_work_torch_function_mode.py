@@ -1,13 +1,14 @@
 # problem: 1_ReLU
-# expect-status: rejected
-# expect-rule: active_interception
-# expect-flag: patched_runtime
+# expect-status: incorrect rejected
 # family: work deferred into the harness's post-call copies
 # why: forward returns an uninitialised tensor at once and enters a TorchFunctionMode that it
 #   leaves on the stack; when the harness later copies, clones or fingerprints that tensor, the
 #   mode computes the real ReLU into it. The timed call is nearly free and the values are right
 #   by the time anyone looks. The mode stack is checked after every call, and the harness copies
 #   with torch-function handling off
+#   Round four (issue 41): the harness object this targets is gone from the candidate's process
+#   (the host clocks each call's window and reads the outputs itself after freezing the group),
+#   so the trick finds nothing to work on: its output is judged as it is, or it gains nothing
 import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode

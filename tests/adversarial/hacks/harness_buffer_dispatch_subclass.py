@@ -1,7 +1,5 @@
 # problem: 1_ReLU
-# expect-status: rejected
-# expect-flag: harness_object_not_plain
-# expect-rule: harness_object_not_plain
+# expect-status: incorrect runtime_error rejected
 # family: candidate objects inside the harness's own buffers
 # why: generic (any problem with one output tensor): during a timed run the forward finds the
 #   harness's list of reusable output buffers in the worker's frame, plants there (for the
@@ -12,6 +10,9 @@
 #   __torch_dispatch__: the harness reuses no buffer now, and checks every object it copies,
 #   fingerprints or serializes (here, where no buffer list is found, the wrapper is planted among
 #   the call's inputs instead) to be a plain tensor
+#   Round four (issue 41): the harness object this targets is gone from the candidate's process
+#   (the host clocks each call's window and reads the outputs itself after freezing the group),
+#   so the trick finds nothing to work on: its output is judged as it is, or it gains nothing
 import sys
 
 import torch

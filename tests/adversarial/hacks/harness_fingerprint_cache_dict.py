@@ -1,7 +1,5 @@
 # problem: 1_ReLU
-# expect-status: rejected
-# expect-flag: harness_object_not_plain
-# expect-rule: harness_object_not_plain
+# expect-status: incorrect runtime_error
 # family: candidate objects inside the harness's own buffers
 # why: generic (any problem with one output tensor): the forward returns an uninitialized tensor
 #   and replaces the harness's cache of fingerprint weights (found through gc) with a dict
@@ -9,6 +7,9 @@
 #   the subclass's code runs, computes the problem's own model and writes the true answer into
 #   that copy first: the fingerprints and the kept copy agree, and the work ran outside the
 #   worker's timer. The harness must check the type of its own containers before using them
+#   Round four (issue 41): the harness object this targets is gone from the candidate's process
+#   (the host clocks each call's window and reads the outputs itself after freezing the group),
+#   so the trick finds nothing to work on: its output is judged as it is, or it gains nothing
 import gc
 import sys
 

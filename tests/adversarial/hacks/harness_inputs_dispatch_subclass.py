@@ -1,7 +1,5 @@
 # problem: 1_ReLU
-# expect-status: rejected
-# expect-flag: harness_object_not_plain
-# expect-rule: harness_object_not_plain
+# expect-status: incorrect runtime_error rejected
 # family: candidate objects inside the harness's own buffers
 # why: generic (any problem with one output tensor): during a timed run the forward swaps the
 #   tensors in the harness's own list of the call's inputs (found in the worker's frame) for a
@@ -10,6 +8,9 @@
 #   runs then, computes the problem's model and writes the true answer into the harness's kept
 #   copy before it is fingerprinted, all outside the worker's timer. The harness must check
 #   every object it touches after the call (inputs included) before touching it
+#   Round four (issue 41): the harness object this targets is gone from the candidate's process
+#   (the host clocks each call's window and reads the outputs itself after freezing the group),
+#   so the trick finds nothing to work on: its output is judged as it is, or it gains nothing
 import sys
 
 import torch

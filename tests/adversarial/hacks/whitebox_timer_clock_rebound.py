@@ -1,6 +1,5 @@
 # problem: 1_ReLU
-# expect-status: rejected correct
-# expect-rule: timer_disagrees_with_host
+# expect-status: correct runtime_error rejected
 # speedup-max: 1.5
 # family: forging the in-process timer (issue 29, family 3)
 # why: generic: computes the problem's own model, then rebinds the clock the worker's timer reads
@@ -10,6 +9,9 @@
 #   guard that compares the module's globals at the report sees the original clock. The host's
 #   clock between the call's marks reads its own clock, so the gap shows on every call, beyond
 #   the noise floor, and the host's time is charged
+#   Round four (issue 41): the harness object this targets is gone from the candidate's process
+#   (the host clocks each call's window and reads the outputs itself after freezing the group),
+#   so the trick finds nothing to work on: its output is judged as it is, or it gains nothing
 import sys
 import time
 

@@ -1,6 +1,5 @@
 # problem: 1_ReLU
-# expect-status: rejected correct
-# expect-rule: timer_disagrees_with_host
+# expect-status: correct runtime_error rejected
 # speedup-max: 1.5
 # family: forging the in-process timer (issue 29, family 3)
 # why: generic: computes the problem's own model, then walks its frames up to the worker's timer
@@ -8,6 +7,9 @@
 #   writing it back with PyFrame_LocalsToFast, so the in-process timer reports 40 % of the truth
 #   on every call. The host's clock around every call sees the whole call: the gap is beyond the
 #   bracket's noise floor and the candidate is charged the host's time (or rejected as gross)
+#   Round four (issue 41): the harness object this targets is gone from the candidate's process
+#   (the host clocks each call's window and reads the outputs itself after freezing the group),
+#   so the trick finds nothing to work on: its output is judged as it is, or it gains nothing
 import ctypes
 import sys
 import time
