@@ -10,6 +10,10 @@ start-up and the reference's trials every time. Usage:
     .venv/bin/python benchmarks/batch_eval.py [--count 20] [--device cpu] [--timing-budget 2] [--jobs 2]
         [--problem examples/level1/4_RedundantSoftmax.py
          --candidate examples/candidates/4_RedundantSoftmax/drop_dead_work.py]
+
+With `--against DIR` (another checkout of kernelopt, e.g. `git worktree add /tmp/base main`), the
+same batch runs with this checkout's package and with DIR's, alternately (`--repeats` times each,
+on the same machine and interpreter), and the ratio of their wall times is printed instead.
 """
 
 from __future__ import annotations
@@ -41,13 +45,17 @@ def write_candidates(folder: Path, candidate: Path, count: int) -> list[Path]:
     return paths
 
 
-def eval_command(candidates: list[Path], options: list[str]) -> list[str]:
-    return [KERNELOPT, "eval", "--candidate", *map(str, candidates), "--json", *options]
+def eval_command(candidates: list[Path], options: list[str], package: Path | None = None) -> list[str]:
+    """`kernelopt eval`, or with `package` (a checkout's root) the CLI of that checkout's package."""
+    prefix = [KERNELOPT] if package is None else [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                                                  "from kernelopt.cli import main; sys.exit(main())", str(package)]
+    return [*prefix, "eval", "--candidate", *map(str, candidates), "--json", *options]
 
 
-def run_batch(candidates: list[Path], options: list[str], jobs: int) -> tuple[float, list[dict]]:
+def run_batch(candidates: list[Path], options: list[str], jobs: int,
+              package: Path | None = None) -> tuple[float, list[dict]]:
     begin = time.perf_counter()
-    done = subprocess.run(eval_command(candidates, [*options, "--jobs", str(jobs)]),
+    done = subprocess.run(eval_command(candidates, [*options, "--jobs", str(jobs)], package),
                           capture_output=True, text=True, check=True)
     wall = time.perf_counter() - begin
     return wall, [json.loads(line) for line in done.stdout.splitlines()]
@@ -79,9 +87,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--problem", type=Path, default=PROBLEM)
     parser.add_argument("--candidate", type=Path, default=CANDIDATE)
+    parser.add_argument("--against", type=Path, help="another checkout's root: compare batch wall times with it")
+    parser.add_argument("--repeats", type=int, default=2, help="with --against: batches per side, alternating")
     args = parser.parse_args()
     options = ["--reference", str(args.problem), "--device", args.device, "--timing-budget", str(args.timing_budget)]
     print(f"machine: {machine()}")
+    if args.against is not None:
+        compare_against(args, options)
+        return
     with tempfile.TemporaryDirectory(prefix="kernelopt-batch-bench-") as folder:
         candidates = write_candidates(Path(folder), args.candidate, args.count)
         batch_wall, batch_results = run_batch(candidates, options, args.jobs)
@@ -104,6 +117,27 @@ def main() -> None:
     print(f"{args.count} separate `kernelopt eval` processes: {separate_wall:.1f} s "
           f"({separate_wall / args.count:.2f} s per candidate)")
     print(f"batch is {separate_wall / batch_wall:.2f}x faster")
+
+
+def compare_against(args, options: list[str]) -> None:
+    """The same batch with this checkout and with `args.against`, alternately."""
+    walls: dict[str, list[float]] = {"this checkout": [], str(args.against): []}
+    with tempfile.TemporaryDirectory(prefix="kernelopt-batch-bench-") as folder:
+        candidates = write_candidates(Path(folder), args.candidate, args.count)
+        for _ in range(args.repeats):
+            for name, package in (("this checkout", REPO), (str(args.against), args.against)):
+                wall, results = run_batch(candidates, options, args.jobs, package)
+                walls[name].append(wall)
+                speedups = sorted(r["speedup"] for r in results if r["speedup"] is not None)
+                samples = [r["timing"]["candidate"]["samples"] for r in results if r.get("timing")]
+                print(f"{name}: {wall:.1f} s for {args.count} candidates, statuses "
+                      f"{sorted({r['status'] for r in results})}, speedups {speedups[0]:.2f}-{speedups[-1]:.2f}x, "
+                      f"median {statistics.median(samples) if samples else 0:.0f} timed calls a side", flush=True)
+    mine, theirs = (statistics.fmean(w) for w in walls.values())
+    print(f"machine after: {machine()}")
+    print(f"{args.count} copies of {args.candidate.name}, {' '.join(options)}, --jobs {args.jobs}")
+    print(f"this checkout {mine / args.count:.2f} s per candidate, {args.against} {theirs / args.count:.2f} s: "
+          f"this checkout takes {mine / theirs:.2f}x the time")
 
 
 if __name__ == "__main__":

@@ -75,8 +75,9 @@ def main() -> None:
             covered += low <= 1.0 <= high
             print(f"run {run}: speedup {result.speedup:.4f} +-{t.speedup_precision:.1%} "
                   f"({'holds' if low <= 1.0 <= high else 'misses'} 1.0)  reference {t.reference_ms:.4f} ms  "
-                  f"candidate {t.candidate_ms:.4f} ms (means; charges {t.reference_charge_ms:.4f} / "
-                  f"{t.candidate_charge_ms:.4f})  samples {t.candidate.samples} in {t.rounds} rounds  "
+                  f"candidate {t.candidate_ms:.4f} ms (means; reference capped by {t.reference_charge_ms:.4f}; "
+                  f"wall-clock speedup {t.wall_speedup or float('nan'):.3f})  samples {t.candidate.samples} in "
+                  f"{t.rounds} rounds  "
                   f"timing {result.durations['timing']:.2f} s", flush=True)
     finally:
         for spinner in spinners:
