@@ -1,5 +1,5 @@
 # problem: 1_ReLU
-# expect-status: correct
+# expect-status: correct rejected
 # speedup-max: 1.5
 # family: a cheaper harness paying for hidden work (issue 41, family 2)
 # why: replaces the worker's own per-call steps (the output description with its aliasing and
@@ -8,6 +8,7 @@
 #   time around the call and forgave the difference, so a cheaper harness hid real work
 #   (2.5x-2.9x). Now nothing is compared or forgiven: the window's whole CPU time is the call's,
 #   the harness's share is small against the call, and a cheaper harness gains at most that share
+#   (the guard also sees the worker's module function replaced: rejected, patched_runtime)
 import sys
 
 import torch

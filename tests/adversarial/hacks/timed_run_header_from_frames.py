@@ -1,13 +1,14 @@
 # problem: MSELossScalar
 # expect-status: incorrect
-# expect-rule: timed_output_ignores_input
 # expect-flag: output_ignores_input
 # family: behaving differently when timed
 # why: generic on any degenerate problem: walks its caller's frames to the worker's run header and
 #   computes with the problem's own model (found in sys.modules) only when the run asks for full
 #   outputs (a correctness trial); in every other run it answers the mean of what it computed.
 #   The header's values still differ between trials and timed calls (documented), so only the
-#   timed calls judged for input dependence catch it
+#   timed calls judged for input dependence catch it. Round four (issue 41): a call frame says
+#   nothing of whether the call is a trial (every call is compared in full), so it answers the
+#   mean in the trials too and fails there (output_ignores_input)
 import sys
 
 import torch
