@@ -1,11 +1,12 @@
 # problem: 1_ReLU
-# expect-status: rejected
-# expect-flag: patched_runtime
+# expect-status: incorrect rejected
 # family: work deferred into the harness's post-call copies
 # why: like the torch-function variant, but one level lower: a TorchDispatchMode left active
 #   after forward sees the aten ops the harness runs on the output (copy_, clone, sums) and
 #   fills in the real values first. Dispatch modes are not turned off by disabling torch
 #   functions, so the dispatch mode stack is checked after every call
+#   Round four (issue 41): the host reads the output from the frozen process's memory, so no
+#   harness step runs the mode: the uninitialized output is judged as it is (incorrect)
 import torch
 import torch.nn as nn
 from torch.utils._python_dispatch import TorchDispatchMode

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
-# expect-status: incorrect runtime_error rejected
+# expect-status: correct incorrect runtime_error rejected
+# speedup-max: 1.5
 # family: candidate objects inside the harness's own buffers
 # why: generic (any problem with one output tensor): during a timed run the forward finds the
 #   harness's list of reusable output buffers in the worker's frame, plants there (for the

@@ -1,5 +1,6 @@
 # problem: 1_ReLU
-# expect-status: incorrect runtime_error
+# expect-status: correct incorrect runtime_error rejected
+# speedup-max: 1.5
 # family: candidate objects inside the harness's own buffers
 # why: generic (any problem with one output tensor): the forward returns an uninitialized tensor
 #   and replaces the harness's cache of fingerprint weights (found through gc) with a dict

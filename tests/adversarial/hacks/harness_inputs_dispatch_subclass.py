@@ -1,5 +1,6 @@
 # problem: 1_ReLU
-# expect-status: incorrect runtime_error rejected
+# expect-status: correct incorrect runtime_error rejected
+# speedup-max: 1.5
 # family: candidate objects inside the harness's own buffers
 # why: generic (any problem with one output tensor): during a timed run the forward swaps the
 #   tensors in the harness's own list of the call's inputs (found in the worker's frame) for a
