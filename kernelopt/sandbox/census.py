@@ -10,8 +10,18 @@ from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.records import SideRound
 
 
+def processes(conversation: Conversation) -> None:
+    """Processes left in the candidate's sandbox (after each call, its group frozen)."""
+    rules.enforce(rules.child_processes(conversation.candidate.extra_processes()))
+
+
 def check(conversation: Conversation, device: str, findings: rules.Findings) -> None:
-    """Processes left in the candidate's sandbox, and threads beyond the reference worker's."""
+    """Processes left in the candidate's sandbox, and threads beyond the reference worker's.
+    Threads are counted after load and at the ends of the phases (after the labels exchange),
+    not right after a call: the host freezes the group as soon as a call answers, when a thread
+    the call joined may not have left the kernel yet (an honest executor-style candidate was
+    counted so). A thread left running gains nothing between calls: it is frozen there, and
+    whatever it does in a window is on the group's CPU clock."""
     candidate, reference = conversation.candidate, conversation.reference
     rules.enforce(rules.child_processes(candidate.extra_processes()))
     threads = candidate.thread_growth() - reference.thread_growth()

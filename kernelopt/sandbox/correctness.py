@@ -112,7 +112,8 @@ def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
     seeds = [phase.seeds[i] for i in indices]
     kept = phase.expected
     inputs = [kept.inputs[i] for i in indices] if kept is not None else conversation.make_inputs(seeds)
-    ref_calls, cand_calls = [], []
+    ref_calls: list[Call] = []
+    cand_calls: list[Call] = []
     for index, input_set in zip(indices, inputs):
         pin = trial_cpu(phase.cpus, index)
         for worker, taken in ((reference, ref_calls), (candidate, cand_calls)):

@@ -232,18 +232,22 @@ class CandidateSession:
     def _census(self) -> None:
         census.check(self.conversation, self.device, self.findings)
 
+    def _call_census(self) -> None:
+        census.processes(self.conversation)
+
     def _check_correctness(self) -> None:
         phase = correctness.TrialPhase(self.conversation, self.options, self.trial_seeds, self.expected,
-                                       self._census, self.checks, calls.transport_for(self.conversation, self.device),
+                                       self._call_census, self.checks, calls.transport_for(self.conversation, self.device),
                                        self.device, self.timing_cpus)
         self.trials = phase.found.trials  # kept by the result whatever the verdict
         found = correctness.check_correctness(phase, self.findings)
+        self._census()
         self.expected, self.bytes_per_call = found.expected, found.bytes_per_call
         self.judge_timed_dependence = found.judge_timed_dependence
 
     def _measure(self) -> None:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
-                             self.bytes_per_call, self._census, self.findings,
+                             self.bytes_per_call, self._call_census, self.findings,
                              calls.transport_for(self.conversation, self.device),
                              judge_dependence=self.judge_timed_dependence)
         try:
@@ -251,6 +255,7 @@ class CandidateSession:
         finally:
             self.compared_calls = timer.compared
         self.conversation.collect_labels(self.findings)
+        self._census()
 
     # -- after the verdict ------------------------------------------------------------------
 
