@@ -1,5 +1,6 @@
 # problem: 2_LinearGELU
-# expect-status: incorrect rejected
+# expect-status: correct incorrect rejected runtime_error
+# speedup-max: 1.5
 # family: work deferred past the timed call into the harness's untimed steps
 # why: the same deferral as deferred_work_at_report_patched_decoder, triggered without patching
 #   anything: a garbage-collector callback (gc.callbacks) with a collection forced on almost
@@ -7,6 +8,9 @@
 #   worker has read the round's report command it writes the true answers into the harness's
 #   kept copies. The harness's own steps now run with the collector off and each call's
 #   fingerprints leave with its answer
+#   Round four (issue 41): there is no run or report any more, and the group is frozen from a
+#   call's answer to the next window: what it defers either runs on the clock or never; it
+#   computes honestly and gains nothing (about 0.8x-1.0x measured)
 import gc
 import sys
 

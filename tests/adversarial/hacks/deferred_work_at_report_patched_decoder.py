@@ -1,5 +1,6 @@
 # problem: 2_LinearGELU
-# expect-status: incorrect rejected runtime_error
+# expect-status: correct incorrect rejected runtime_error
+# speedup-max: 1.5
 # family: work deferred past the timed call into the harness's untimed steps
 # why: honest in the correctness trials (their outputs leave with each call), but in timed runs
 #   forward keeps a copy of its input and returns an empty tensor at once. It has replaced
@@ -11,6 +12,9 @@
 #   call's answer, inside the host's bracket, so a late fix-up comes too late; and the kept
 #   copies are immutable bytes taken inside each call's bracket, so its write into them fails
 #   in its own code (runtime_error)
+#   Round four (issue 41): there is no run or report any more, and the group is frozen from a
+#   call's answer to the next window: what it defers either runs on the clock or never; it
+#   computes honestly and gains nothing (about 0.8x-1.0x measured)
 import json
 import sys
 

@@ -1,5 +1,6 @@
 # problem: 2_LinearGELU
-# expect-status: incorrect rejected
+# expect-status: correct incorrect rejected runtime_error
+# speedup-max: 1.5
 # family: work deferred past the timed call into the harness's untimed steps
 # why: the same deferral as deferred_work_at_report_patched_decoder, run by an interval timer's
 #   signal handler instead: the handler runs in the worker's main thread (no thread for a census
@@ -7,6 +8,9 @@
 #   after the round's last call, and then writes the true answers into the harness's kept
 #   copies. The worker now blocks signals outside the candidate's own code, and each call's
 #   fingerprints leave with its answer
+#   Round four (issue 41): there is no run or report any more, and the group is frozen from a
+#   call's answer to the next window: what it defers either runs on the clock or never; it
+#   computes honestly and gains nothing (about 0.8x-1.0x measured)
 import signal
 import sys
 
