@@ -19,7 +19,7 @@ Status = Literal["correct", "incorrect", "compile_error", "runtime_error", "time
 IsolationChoice = Literal["auto", "bubblewrap", "unshare", "none", "docker"]
 # What a verdict can flag: the hack families the referee recognises (docs/referee.md's table)
 # and the reduced-precision / unused-kernel notes. The one list; FLAGS is its runtime form.
-# timing_inconsistent, inputs_differ and harness_object_not_plain are no longer raised (the host
+# timing_inconsistent and harness_object_not_plain are no longer raised (the host
 # clocks and reads every call itself: docs/referee.md, "Retired rules"); they stay so that
 # results stored before can be read.
 Flag = Literal[
@@ -28,7 +28,7 @@ Flag = Literal[
     "memory_limit", "custom_kernel_unused", "timing_inconsistent", "output_ignores_input", "protocol_violation",
     "harness_object_not_plain", "violation", "uncontained",
 ]
-RETIRED_FLAGS: frozenset[str] = frozenset({"timing_inconsistent", "inputs_differ", "harness_object_not_plain"})
+RETIRED_FLAGS: frozenset[str] = frozenset({"timing_inconsistent", "harness_object_not_plain"})
 FLAGS: frozenset[str] = frozenset(get_args(Flag)) - RETIRED_FLAGS
 
 
