@@ -40,7 +40,7 @@ from pathlib import Path
 
 from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import containment, isolation, scratch
-from kernelopt.sandbox.calls import run_call
+from kernelopt.sandbox.calls import run_call, transport_for
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.fingerprints import Fingerprinter
 from kernelopt.sandbox.process import SandboxError, WorkerDied, WorkerProcess, WorkerTimeout
@@ -178,7 +178,7 @@ class Evaluator:
         load = load_message(self.backend, self.device, worker.scratch, host_builds=False, with_candidate=False)
         conversation = Conversation(self.problem, deadline, lambda request: commands.built(False))
         conversation.reference = worker
-        transport = commands.MEMORY if self.device == "cpu" and worker.memory and worker.inputs else commands.FRAME
+        transport = transport_for([worker], self.device)
         fingerprint = Fingerprinter(self._seeds.fingerprint_seed)
         try:
             self._request_ok(worker, load, deadline)

@@ -24,6 +24,7 @@ answer where the outputs travelled in it, to the freeze where the host reads the
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ from pydantic import ValidationError
 from kernelopt.sandbox import rules
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.process import WorkerProcess, host_memory_room
-from kernelopt.sandbox.process_memory import UnreadableMemory
+from kernelopt.sandbox.process_memory import ProcessMemory, UnreadableMemory
 from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
 from kernelopt.sandbox.worker import commands
 
@@ -52,11 +53,10 @@ class Call:
     outputs: list[torch.Tensor]
 
 
-def transport_for(conversation: Conversation, device: str) -> str:
-    """How both workers' outputs reach the host in this evaluation (the same for both sides, so
+def transport_for(workers: list[WorkerProcess], device: str) -> str:
+    """How the workers' outputs reach the host (the same for both sides of an evaluation, so
     their windows hold the same harness work): read from memory on a CPU where the host can
-    read both workers', else sent in the answers."""
-    workers = (conversation.candidate, conversation.reference)
+    read every worker's, else sent in the answers."""
     if device == "cpu" and all(w is not None and w.memory is not None and w.inputs is not None for w in workers):
         return commands.MEMORY
     return commands.FRAME
@@ -125,20 +125,13 @@ def take_outputs(worker: WorkerProcess, reply: CallReply, blobs: list[bytes],
     if transport == commands.MEMORY:
         if worker.memory is None or reply.spans is None or len(reply.spans) != len(layouts):
             raise OutputsUnreadable("the answer does not say where every output is")
-        _make_room(worker, sum(_extent_bytes(shape, stride, dtype) for (shape, dtype), (_, stride)
-                               in zip(layouts, reply.spans)))
-        outputs, aliased = [], False
-        for (shape, dtype), (address, stride) in zip(layouts, reply.spans):
-            tensor, span = _read_strided(worker, address, shape, stride, dtype)
-            outputs.append(tensor)
-            aliased |= span is not None and worker.memory.in_slot(*span)
-        return outputs, aliased
+        return _from_memory(worker.memory, layouts, reply.spans)
     if len(blobs) != len(layouts):
         raise OutputsUnreadable(f"{len(blobs)} output blob(s) for {len(layouts)} output(s)")
     outputs = []
     for (shape, dtype), blob in zip(layouts, blobs):
-        numel = _numel(shape)
-        if len(blob) != numel * _itemsize(dtype):
+        numel = math.prod(shape)
+        if len(blob) != numel * dtype.itemsize:
             raise OutputsUnreadable(f"an output blob of {len(blob)} bytes for {numel} values of {dtype}")
         outputs.append(_from_bytes(blob, dtype, shape))
     return outputs, reply.aliases_input
@@ -152,48 +145,38 @@ def _layout(meta: tuple[list[int], str, str]) -> tuple[list[int], torch.dtype]:
     return shape, dtype
 
 
-def _numel(shape: list[int]) -> int:
-    count = 1
-    for n in shape:
-        count *= n
-    return count
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty(0, dtype=dtype).element_size()
-
-
 def _extent_bytes(shape: list[int], stride: list[int], dtype: torch.dtype) -> int:
     """Bytes from an output's first element to its last, as its strides lay it out."""
     if len(stride) != len(shape) or any(s < 0 for s in stride):
         raise OutputsUnreadable(f"strides {stride} for shape {shape}")
-    if _numel(shape) == 0:
+    if math.prod(shape) == 0:
         return 0
-    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * _itemsize(dtype)
+    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * dtype.itemsize
 
 
-def _make_room(worker: WorkerProcess, needed: int) -> None:
+def _from_memory(memory: ProcessMemory, layouts: list[tuple[list[int], torch.dtype]],
+                 spans: list[tuple[int, list[int]]]) -> tuple[list[torch.Tensor], bool]:
+    """Each output read from the worker's memory, its values laid out contiguously, once the
+    host has room for all of them; and whether any lies in the input slot's mapping."""
+    extents = [_extent_bytes(shape, stride, dtype) for (shape, dtype), (_, stride) in zip(layouts, spans)]
+    needed = sum(extents)
     room = host_memory_room(needed)
     if needed > room:
         raise OutputsUnreadable(f"its outputs span {needed / 2**30:.2f} GiB, more than the host has room for "
                                 f"({room / 2**30:.2f} GiB)")
-
-
-def _read_strided(worker: WorkerProcess, address: int, shape: list[int], stride: list[int],
-                  dtype: torch.dtype) -> tuple[torch.Tensor, tuple[int, int] | None]:
-    """One output read from the worker's memory: its values laid out contiguously, and the
-    address range it spans there (None when empty)."""
-    nbytes = _extent_bytes(shape, stride, dtype)
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype), None
-    assert worker.memory is not None
-    try:
-        raw = worker.memory.read(address, nbytes)
-    except UnreadableMemory as exc:
-        raise OutputsUnreadable(str(exc)) from None
-    flat = torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
-    values = flat.as_strided(shape, stride)
-    return (values if values.is_contiguous() else values.contiguous()), (address, address + nbytes)
+    outputs, aliased = [], False
+    for (shape, dtype), (address, stride), nbytes in zip(layouts, spans, extents):
+        if nbytes == 0:
+            outputs.append(torch.empty(shape, dtype=dtype))
+            continue
+        try:
+            raw = memory.read(address, nbytes)
+        except UnreadableMemory as exc:
+            raise OutputsUnreadable(str(exc)) from None
+        values = torch.frombuffer(raw, dtype=torch.uint8).view(dtype).as_strided(shape, stride)
+        outputs.append(values if values.is_contiguous() else values.contiguous())
+        aliased |= memory.in_slot(address, address + nbytes)
+    return outputs, aliased
 
 
 def _from_bytes(blob: bytes, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:

@@ -22,9 +22,8 @@ def check(conversation: Conversation, device: str, findings: rules.Findings) -> 
     the call joined may not have left the kernel yet (an honest executor-style candidate was
     counted so). A thread left running gains nothing between calls: it is frozen there, and
     whatever it does in a window is on the group's CPU clock."""
-    candidate, reference = conversation.candidate, conversation.reference
-    rules.enforce(rules.child_processes(candidate.extra_processes()))
-    threads = candidate.thread_growth() - reference.thread_growth()
+    processes(conversation)
+    threads = conversation.candidate.thread_growth() - conversation.reference.thread_growth()
     rules.enforce(rules.extra_threads(threads, lambda: thread_message(conversation, threads), device), findings)
 
 

@@ -123,8 +123,7 @@ def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
     fresh = None
     if kept is not None:
         check_replay(conversation, kept, ref_calls, indices, options)
-        expected = kept.subset(indices)
-        expected.inputs = inputs
+        expected = kept.subset(indices)  # its inputs are `inputs`
     else:
         fresh = expected = ReferenceTrials(calls=[c.record for c in ref_calls], outputs=[c.outputs for c in ref_calls],
                                            inputs=inputs)

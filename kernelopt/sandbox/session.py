@@ -237,7 +237,7 @@ class CandidateSession:
 
     def _check_correctness(self) -> None:
         phase = correctness.TrialPhase(self.conversation, self.options, self.trial_seeds, self.expected,
-                                       self._call_census, self.checks, calls.transport_for(self.conversation, self.device),
+                                       self._call_census, self.checks, calls.transport_for([self.candidate, self.reference], self.device),
                                        self.device, self.timing_cpus)
         self.trials = phase.found.trials  # kept by the result whatever the verdict
         found = correctness.check_correctness(phase, self.findings)
@@ -248,7 +248,7 @@ class CandidateSession:
     def _measure(self) -> None:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
                              self.bytes_per_call, self._call_census, self.findings,
-                             calls.transport_for(self.conversation, self.device),
+                             calls.transport_for([self.candidate, self.reference], self.device),
                              judge_dependence=self.judge_timed_dependence)
         try:
             self.timing = rounds.measure(timer, self.checks)

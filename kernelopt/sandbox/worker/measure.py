@@ -138,15 +138,13 @@ def _digest_into(h, obj) -> None:
         h.update(f"V{type(obj).__name__}:{obj!r}".encode())
 
 
-MEMORY, FRAME = "memory", "frame"  # how the host takes a call's outputs (commands.call)
-
-
 def describe_outputs(output, inputs, transport: str) -> tuple[dict, list]:
     """What the host needs to take a call's outputs itself: their structure, each tensor's
     shape, dtype and device, and either where its values lie in this process's memory (MEMORY:
     the address of its first element and its strides, read by the host through /proc once the
     group is frozen) or its values as the frame's blobs (FRAME: a container, a GPU). Whatever a
     program makes this say, the host compares the values it reads, so a lie can only cost it."""
+    from .commands import MEMORY
     from .transfer import structure
 
     tensors = flatten_outputs(output)
