@@ -1,14 +1,14 @@
 # problem: MSELossScalar
-# expect-status: incorrect
-# expect-flag: output_ignores_input
+# expect-status: correct incorrect
+# speedup-max: 1.5
 # family: behaving differently when timed
 # why: generic on any degenerate problem: walks its caller's frames to the worker's run header and
 #   computes with the problem's own model (found in sys.modules) only when the run asks for full
 #   outputs (a correctness trial); in every other run it answers the mean of what it computed.
 #   The header's values still differ between trials and timed calls (documented), so only the
-#   timed calls judged for input dependence catch it. Round four (issue 41): a call frame says
-#   nothing of whether the call is a trial (every call is compared in full), so it answers the
-#   mean in the trials too and fails there (output_ignores_input)
+#   timed calls judged for input dependence catch it. Round four (issue 41): there is no run
+#   header to find (every call is its own frame, and every call is compared in full), so it
+#   takes every call for a check and computes it: correct, no gain (0.95x measured)
 import sys
 
 import torch
