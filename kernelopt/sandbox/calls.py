@@ -18,8 +18,12 @@ answer's blobs (commands.FRAME). So:
   for it.
 
 Which clock decides (`CallRecord.ms`): on a CPU, the group's CPU time where the kernel keeps it
-(a busy machine that preempts a worker does not move it); elsewhere the wall clock, to the
-answer where the outputs travelled in it, to the freeze where the host reads them from memory.
+(a busy machine that preempts a worker does not move it), and beside it the time the call spent
+blocked (`CallRecord.blocked_ms`: the window to the answer less the CPU time and less the time the
+worker's thread waited for a core, both the kernel's accounting), of which the candidate is held
+to what exceeds the reference's (timing/means.py): a call that sleeps or waits is not faster for
+it. Elsewhere the wall clock, to the answer where the outputs travelled in it, to the freeze where
+the host reads them from memory.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     message = {**commands.call(input_set.seed, input_set.spec, transport=transport, pin_cpu=pin_cpu), **placed}
     cpu_clock = device == "cpu" and worker.cheap_cpu_clock
     cpu_before = worker.cpu_seconds() if cpu_clock else None
+    waited_before = worker.runqueue_wait_ms() if cpu_clock else None
     began = time.perf_counter()
     worker.thaw()
     conversation.send(worker, message, [] if placed else [input_set.packed])
@@ -82,9 +87,17 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     worker.freeze()
     frozen = time.perf_counter()
     cpu_after = worker.cpu_seconds() if cpu_clock else None
+    waited_after = worker.runqueue_wait_ms() if cpu_clock else None
     parsed = _parse(conversation, worker, reply, input_set.seed)
     wall_ms = ((frozen if transport == commands.MEMORY else answered) - began) * 1e3
     cpu_ms = (cpu_after - cpu_before) * 1e3 if cpu_before is not None and cpu_after is not None else None
+    blocked_ms = None
+    if cpu_ms is not None and waited_before is not None and waited_after is not None:
+        # The window to the answer less the time the worker's thread waited for a core (preemption)
+        # and the group's CPU time: what it spent blocked (sleeping, waiting on a pipe or a lock).
+        blocked_ms = max(0.0, (answered - began) * 1e3 - (waited_after - waited_before) - cpu_ms)
+    else:
+        cpu_ms = None  # without the blocked time the CPU clock would miss a call that sleeps: the wall decides
     try:
         outputs, aliased = take_outputs(worker, parsed, blobs, transport)
     except OutputsUnreadable as exc:
@@ -95,7 +108,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     changed = check_inputs and worker.inputs is not None and bool(placed) and \
         not worker.inputs.holds(input_set.packed, at)
     record = CallRecord(seed=input_set.seed, ms=cpu_ms if cpu_ms is not None else wall_ms, wall_ms=wall_ms,
-                        cpu_ms=cpu_ms, meta=[(list(m[0]), m[1], m[2]) for m in parsed.meta],
+                        cpu_ms=cpu_ms, blocked_ms=blocked_ms, meta=[(list(m[0]), m[1], m[2]) for m in parsed.meta],
                         structure=parsed.structure, aliases_input=aliased, inputs_changed=changed,
                         input_bytes=len(input_set.packed))
     return Call(record=record, outputs=outputs)

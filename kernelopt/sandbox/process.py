@@ -371,6 +371,18 @@ class WorkerProcess:
             return None
         return self.contained.cpu_seconds()
 
+    def runqueue_wait_ms(self) -> float | None:
+        """How long the worker's main thread has waited for a core so far (ms; the kernel's
+        /proc/<pid>/schedstat), or None where the kernel does not say."""
+        pid = getattr(self, "worker_pid", None)
+        if pid is None:
+            return None
+        try:
+            with open(f"/proc/{pid}/schedstat") as schedstat:
+                return int(schedstat.read().split()[1]) / 1e6
+        except (OSError, ValueError, IndexError):
+            return None
+
     def freeze(self) -> None:
         """Stop every thread of every process of this worker's group at once (the kernel's
         freezer; SIGSTOP per process under the tree walk), and wait until they are, so that none

@@ -39,6 +39,7 @@ class CallRecord:
     wall_ms: float
     cpu_ms: float | None
     meta: list[tuple[list[int], str, str]]
+    blocked_ms: float | None = None  # with the CPU clock: the window's time neither running nor runnable
     structure: str = "T"
     aliases_input: bool = False
     inputs_changed: bool = False  # the input slot no longer held what the host wrote
@@ -101,6 +102,7 @@ class SideRound:
     ms: list[float]
     wall_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
+    blocked_ms: list[float] = field(default_factory=list)  # per call, where the CPU time decides
 
     @property
     def turn_s(self) -> float:

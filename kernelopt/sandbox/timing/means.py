@@ -3,8 +3,10 @@
 Every call's time is the host's (calls.py: the group's CPU time on a CPU, else the wall clock
 around the call's window), taken the same way on both sides, so nothing is allowed for the
 harness's work or charged for it: the loop inside the window is the same code on both sides and
-in both times. The one correction is to the trusted reference, and it can only lower a
-speedup: a round the host disturbed (preempted during the reference's calls) is capped.
+in both times. Two corrections, each of which can only lower a speedup: where the CPU time
+decides, a candidate's call that spent longer blocked than the reference's calls do (sleeping,
+waiting on a lock or a pipe: the kernel's accounting, not the candidate's) takes that time too;
+and a round the host disturbed (preempted during the trusted reference's calls) is capped.
 """
 
 from __future__ import annotations
@@ -32,7 +34,30 @@ def capped_reference_means(means: list[float]) -> list[float]:
     return [min(mean, ceiling) for mean in means]
 
 
+# How much of the reference's per-call blocked time counts as the harness's own (its wake-ups and
+# pipe waits inside the window, which the candidate's calls show alike): this quantile of it.
+BLOCKED_FLOOR_QUANTILE = 0.9
+
+
+def blocked_floor(ref: list[SideRound]) -> float | None:
+    """The blocked time per call that the thin loop itself shows, from the trusted reference's
+    calls (ms; None where it was not measured)."""
+    blocked = sorted(ms for side in ref for ms in side.blocked_ms)
+    return percentile(blocked, BLOCKED_FLOOR_QUANTILE) if blocked else None
+
+
+def candidate_call_ms(side: SideRound, floor: float | None) -> list[float]:
+    """The candidate's calls: where the CPU time decides, each call plus the time it spent
+    blocked beyond the reference's floor (a call that sleeps, or waits for something, takes that
+    long whatever its CPU time)."""
+    if floor is None or len(side.blocked_ms) != len(side.ms):
+        return list(side.ms)
+    return [ms + max(0.0, blocked - floor) for ms, blocked in zip(side.ms, side.blocked_ms)]
+
+
 def side_means(cand: list[SideRound], ref: list[SideRound]) -> tuple[list[float], list[float]]:
-    """Each side's mean ms per call, round by round (the reference's disturbed rounds capped)."""
-    return ([statistics.fmean(side.ms) for side in cand],
+    """Each side's mean ms per call, round by round: the candidate's with its blocked time beyond
+    the reference's floor, the reference's with its disturbed rounds capped."""
+    floor = blocked_floor(ref)
+    return ([statistics.fmean(candidate_call_ms(side, floor)) for side in cand],
             capped_reference_means([statistics.fmean(side.ms) for side in ref]))

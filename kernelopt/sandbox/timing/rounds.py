@@ -107,7 +107,8 @@ def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_ca
     cand = [c for c, _ in rounds]
     ref = [r for _, r in rounds]
     cand_means, ref_means = means.side_means(cand, ref)
-    cand_stats = stats.summarize([ms for side in cand for ms in side.ms])
+    floor = means.blocked_floor(ref)
+    cand_stats = stats.summarize([ms for side in cand for ms in means.candidate_call_ms(side, floor)])
     ref_stats = stats.summarize([ms for side in ref for ms in side.ms])
     cand_ms, ref_ms = statistics.fmean(cand_means), statistics.fmean(ref_means)
     wall_c = statistics.fmean(ms for side in cand for ms in side.wall_ms)
@@ -124,7 +125,8 @@ def clock_method(device: str, cand: list[SideRound]) -> str:
     """Which of the host's clocks decided, in words (the same for both sides)."""
     cpu = all(len(side.cpu_ms) == len(side.ms) and side.cpu_ms == side.ms for side in cand)
     clock = ("the worker group's CPU time over each call's window (kernel accounting, read by the host while "
-             "the group is frozen)" if cpu else "the host's wall clock over each call's window")
+             "the group is frozen), plus the time the candidate's calls spent blocked beyond the reference's"
+             if cpu else "the host's wall clock over each call's window")
     sync = "; device-wide synchronize before each answer" if device.startswith("cuda") else ""
     return clock + sync + "; the same harness loop on both sides, nothing allowed or charged; disturbed " \
                           "reference rounds capped"
@@ -190,8 +192,10 @@ def compare_round(timer: Timer, cand: list[Call], ref: list[Call]) -> None:
 def side_round(calls: list[Call]) -> SideRound:
     records = [call.record for call in calls]
     cpu = [r.cpu_ms for r in records if r.cpu_ms is not None]
+    blocked = [r.blocked_ms for r in records if r.blocked_ms is not None]
     return SideRound(ms=[r.ms for r in records], wall_ms=[r.wall_ms for r in records],
-                     cpu_ms=cpu if len(cpu) == len(records) else [])
+                     cpu_ms=cpu if len(cpu) == len(records) else [],
+                     blocked_ms=blocked if len(blocked) == len(records) else [])
 
 
 # While a worker's calls are timed, the host's other Python threads (the memory watchdog, the
