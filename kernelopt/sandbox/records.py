@@ -21,7 +21,6 @@ class CallReply(BaseModel):
     are, and what it says of them. The host compares only the values it reads itself."""
 
     called: int
-    input_bytes: int = 0
     structure: str
     aliases_input: bool = False
     meta: list[tuple[list[int], str, str]]

@@ -204,8 +204,7 @@ class Worker:
                 described, values = measure.describe_outputs(output, inputs, str(msg.get("transport")))
         except measure.OutputError as exc:
             raise WorkerFailure("bad_output", str(exc)) from None
-        input_bytes = sum(t.numel() * t.element_size() for t in measure.tensors_in(inputs))
-        return {"ok": True, "called": msg.get("seed"), "input_bytes": input_bytes, **described}, values
+        return {"ok": True, "called": msg.get("seed"), **described}, values
 
     def _receive_inputs(self, call: dict, blobs: list[bytes]):
         """One call's inputs on the device: contiguous CPU tensors as views of the slot (or of
