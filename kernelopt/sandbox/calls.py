@@ -21,7 +21,7 @@ Which clock decides (`CallRecord.ms`): on a CPU, the group's CPU time where the 
 (a busy machine that preempts a worker does not move it), and beside it the time the call spent
 blocked (`CallRecord.blocked_ms`: the window to the answer less the CPU time and less the time the
 worker's thread waited for a core, both the kernel's accounting), of which the candidate is held
-to what exceeds the reference's (timing/means.py): a call that sleeps or waits is not faster for
+to its median beyond the reference's (timing/means.py): a call that sleeps or waits is not faster for
 it. Elsewhere the wall clock, to the answer where the outputs travelled in it, to the freeze where
 the host reads them from memory.
 """

@@ -34,30 +34,27 @@ def capped_reference_means(means: list[float]) -> list[float]:
     return [min(mean, ceiling) for mean in means]
 
 
-# How much of the reference's per-call blocked time counts as the harness's own (its wake-ups and
-# pipe waits inside the window, which the candidate's calls show alike): this quantile of it.
-BLOCKED_FLOOR_QUANTILE = 0.9
+def blocked_excess(cand: list[SideRound], ref: list[SideRound]) -> float:
+    """How much longer the candidate's calls are blocked than the reference's (ms per call: the
+    difference of the two sides' medians over all rounds, or 0). Both sides' windows hold the
+    thin loop's own waits and the host's late reads of an answer on a busy machine, which hit
+    single calls of either side; a call that sleeps or waits every time moves the median."""
+    cand_blocked = [ms for side in cand for ms in side.blocked_ms]
+    ref_blocked = [ms for side in ref for ms in side.blocked_ms]
+    if not cand_blocked or not ref_blocked:
+        return 0.0
+    return max(0.0, statistics.median(cand_blocked) - statistics.median(ref_blocked))
 
 
-def blocked_floor(ref: list[SideRound]) -> float | None:
-    """The blocked time per call that the thin loop itself shows, from the trusted reference's
-    calls (ms; None where it was not measured)."""
-    blocked = sorted(ms for side in ref for ms in side.blocked_ms)
-    return percentile(blocked, BLOCKED_FLOOR_QUANTILE) if blocked else None
-
-
-def candidate_call_ms(side: SideRound, floor: float | None) -> list[float]:
-    """The candidate's calls: where the CPU time decides, each call plus the time it spent
-    blocked beyond the reference's floor (a call that sleeps, or waits for something, takes that
-    long whatever its CPU time)."""
-    if floor is None or len(side.blocked_ms) != len(side.ms):
-        return list(side.ms)
-    return [ms + max(0.0, blocked - floor) for ms, blocked in zip(side.ms, side.blocked_ms)]
+def candidate_call_ms(side: SideRound, excess: float) -> list[float]:
+    """The candidate's calls, each with the blocked time its calls show beyond the reference's
+    (a call that sleeps, or waits for something, takes that long whatever its CPU time)."""
+    return [ms + excess for ms in side.ms]
 
 
 def side_means(cand: list[SideRound], ref: list[SideRound]) -> tuple[list[float], list[float]]:
     """Each side's mean ms per call, round by round: the candidate's with its blocked time beyond
-    the reference's floor, the reference's with its disturbed rounds capped."""
-    floor = blocked_floor(ref)
-    return ([statistics.fmean(candidate_call_ms(side, floor)) for side in cand],
+    the reference's, the reference's with its disturbed rounds capped."""
+    excess = blocked_excess(cand, ref)
+    return ([statistics.fmean(candidate_call_ms(side, excess)) for side in cand],
             capped_reference_means([statistics.fmean(side.ms) for side in ref]))

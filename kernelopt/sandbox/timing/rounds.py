@@ -107,8 +107,8 @@ def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_ca
     cand = [c for c, _ in rounds]
     ref = [r for _, r in rounds]
     cand_means, ref_means = means.side_means(cand, ref)
-    floor = means.blocked_floor(ref)
-    cand_stats = stats.summarize([ms for side in cand for ms in means.candidate_call_ms(side, floor)])
+    excess = means.blocked_excess(cand, ref)
+    cand_stats = stats.summarize([ms for side in cand for ms in means.candidate_call_ms(side, excess)])
     ref_stats = stats.summarize([ms for side in ref for ms in side.ms])
     cand_ms, ref_ms = statistics.fmean(cand_means), statistics.fmean(ref_means)
     wall_c = statistics.fmean(ms for side in cand for ms in side.wall_ms)
