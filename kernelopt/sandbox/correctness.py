@@ -15,6 +15,7 @@ from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import compare, rules
 from kernelopt.sandbox.calls import Call, run_call
 from kernelopt.sandbox.conversation import Conversation
+from kernelopt.sandbox.every_element import Kept
 from kernelopt.sandbox.records import ReferenceTrials, joined
 from kernelopt.sandbox.results import Check, EvalOptions, TrialResult
 
@@ -50,6 +51,7 @@ class TrialPhase:
     transport: str  # how outputs reach the host (calls.transport_for)
     device: str = "cpu"
     cpus: list[int] | None = None  # the timing cores: the trials run pinned as the timed calls
+    kept: Kept | None = None  # answered calls for the every-element check (every_element.py)
     found: Correctness = field(default_factory=Correctness)
     dependence: compare.InputDependence = field(init=False)
 
@@ -129,6 +131,8 @@ def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
                                            inputs=inputs)
     for position, (c, r) in enumerate(zip(cand_calls, ref_calls)):
         judge_trial(phase, indices[position], seeds[position], c, r, expected.outputs[position])
+        if phase.kept is not None:
+            phase.kept.offer(inputs[position], c, r)
         found.bytes_per_call = max(found.bytes_per_call, r.record.input_bytes + expected.output_bytes(position))
     return fresh
 

@@ -59,6 +59,9 @@ class EvalOptions(BaseModel):
     image: str = Field("kernelopt-sandbox", description="the docker backend's sandbox image, built from the "
                                                         "Dockerfile")
     seed: int | None = Field(None, description="fix the trial seeds; default: secret and random")
+    element_checks: int = Field(
+        2, ge=0, le=16, description="answered input sets re-run with about half of each input's elements moved, "
+                                    "to check that the output follows every element (0: off); see docs/referee.md")
     # Timing (see DESIGN.md, timing methodology).
     warmup_calls: int = Field(3, ge=1)
     min_timed_calls: int = Field(10, ge=3)

@@ -26,7 +26,7 @@ from typing import cast
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.sandbox import calls, census, correctness, isolation, kinds, profiling, rules
+from kernelopt.sandbox import calls, census, correctness, every_element, isolation, kinds, profiling, rules
 from kernelopt.sandbox.build_serving import BuildServer
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
@@ -76,6 +76,9 @@ class CandidateSession:
         self.judge_timed_dependence = True  # known after the correctness trials (correctness.Correctness)
         self._seed_source = seed_source  # this candidate's timing inputs and their placement
         self.trial_seeds = trial_seeds
+        # Answered calls the every-element check re-runs perturbed, chosen as they pass.
+        self.kept = every_element.Kept(options.element_checks, seed_source)
+        self._transport = ""  # how outputs reach the host, set when timing starts
         self.expected: ReferenceTrials | None = None  # the reference's trial results
         self.candidate_load: dict = {}
         self.problem_code_failed: rules.ProblemCodeFailed | None = None
@@ -128,7 +131,7 @@ class CandidateSession:
         self._add_duration("startup", time.monotonic() - begin)
         self._resume_clock(queued=begin - self._paused_at)
         verdict = self._stage(("load", self._load_reference), ("correctness", self._check_correctness),
-                              ("timing", self._measure))
+                              ("timing", self._measure), ("every_element", self._check_elements))
         if verdict is not None:
             return verdict
         result = self._result("correct", self._correct_message())
@@ -238,7 +241,7 @@ class CandidateSession:
     def _check_correctness(self) -> None:
         phase = correctness.TrialPhase(self.conversation, self.options, self.trial_seeds, self.expected,
                                        self._call_census, self.checks, calls.transport_for([self.candidate, self.reference], self.device),
-                                       self.device, self.timing_cpus)
+                                       self.device, self.timing_cpus, kept=self.kept)
         self.trials = phase.found.trials  # kept by the result whatever the verdict
         found = correctness.check_correctness(phase, self.findings)
         self._census()
@@ -249,11 +252,17 @@ class CandidateSession:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
                              self.bytes_per_call, self._call_census, self.findings,
                              calls.transport_for([self.candidate, self.reference], self.device),
-                             judge_dependence=self.judge_timed_dependence)
+                             judge_dependence=self.judge_timed_dependence, kept=self.kept)
         try:
             self.timing = rounds.measure(timer, self.checks)
         finally:
             self.compared_calls = timer.compared
+        self._transport = timer.transport
+
+    def _check_elements(self) -> None:
+        every_element.check_elements(every_element.ElementCheck(
+            self.conversation, self.options, self._seed_source, self._transport, self.device,
+            rounds.timing_cpu(self.timing_cpus, 0), self._call_census), self.kept, self.checks)
         self.conversation.collect_labels(self.findings)
         self._census()
 

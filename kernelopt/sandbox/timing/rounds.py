@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from kernelopt.sandbox import census, compare, correctness, rules
 from kernelopt.sandbox.calls import Call, run_call
 from kernelopt.sandbox.conversation import Conversation
+from kernelopt.sandbox.every_element import Kept
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerProcess
 from kernelopt.sandbox.records import InputSet, Round, SideRound
 from kernelopt.sandbox.results import Check, EvalOptions, Timing
@@ -48,6 +49,7 @@ class Timer:
     findings: rules.Findings
     transport: str
     judge_dependence: bool = True
+    kept: Kept | None = None  # answered calls for the every-element check (every_element.py)
     compared: int = 0  # timed calls compared in full (all of them)
     dependence: compare.InputDependence = field(init=False)
 
@@ -172,6 +174,9 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
             # reference's turn on the shared core; to do so it must be alive now.
             timer.census()
     compare_round(timer, taken[candidate], taken[reference])
+    if timer.kept is not None:
+        for input_set, c, r in zip(inputs, taken[candidate], taken[reference]):
+            timer.kept.offer(input_set, c, r)
     sides = {worker: side_round(taken[worker][1:]) for worker in (candidate, reference)}
     census.parallelism(sides[candidate], sides[reference], timer.device, timer.findings)
     return sides[candidate], sides[reference]

@@ -108,6 +108,14 @@ def unpack(spec, buffer, device: torch.device):
     raise TransferError(f"unknown input kind {kind!r}")
 
 
+def dtype_named(name: object) -> torch.dtype:
+    """The dtype an input spec names (TransferError for one that inputs cannot have)."""
+    dtype = _DTYPES.get(name) if isinstance(name, str) else None
+    if dtype is None:
+        raise TransferError(f"inputs of dtype {name!r} are not supported")
+    return dtype
+
+
 def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
     dtype_name = meta.get("dtype")
     dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None

@@ -1,0 +1,234 @@
+"""Every input element counts: the check that an answer is computed from all of its inputs, not
+estimated from some of them (a strided, blocked or random subsample) or from an aggregate of
+them (a loss's closed form from one statistic).
+
+Such an estimate errs by the statistics of its sample, and on a large input that error lies
+inside a tolerance made for honest rounding: KernelBench's own partial-computation hack (a loss
+on every 107th element) reads `correct` there. What gives an estimate away is how its answer
+moves when the input does. So, once timing is done, the host:
+
+1. picks answered calls: a uniform random choice among every trial and timed call of the
+   evaluation (`Kept`, a reservoir the host fills as the calls pass, from its secret stream), or
+   fresh input sets where the calls' inputs and outputs are too large to keep;
+2. makes a perturbed copy of each one's inputs (perturbation.py: about half of every input's
+   elements replaced by others of the same input; nothing tells the copy from a fresh input);
+3. runs both sides on the copy, each call a window like any other (calls.py), its outputs
+   compared in full;
+4. compares the responses: per output and per contiguous part of it, the candidate's change
+   between the two answers against the reference's. Honest code in any precision follows the
+   reference's change to within its rounding; an estimate's change misses what the elements it
+   skipped did, and a closed form of an aggregate the move leaves unchanged does not change at
+   all. A part fails when sum (dc - dr)^2 > RESPONSE_RATIO^2 sum dr^2 + sum floor^2, the floor
+   being honest code's rounding on both answers (compare.honest_relative_error of the output).
+
+The cost: two perturbed copies and two calls a side per evaluation (`EvalOptions.element_checks`).
+A program that computes exactly on a copy it recognises still answered the original by its
+estimate, so its change carries the estimate's error; recognising the original in advance would
+mean computing every call exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from kernelopt.sandbox import compare, rules
+from kernelopt.sandbox.calls import Call, run_call
+from kernelopt.sandbox.conversation import Conversation
+from kernelopt.sandbox.perturbation import perturbed
+from kernelopt.sandbox.records import InputSet
+from kernelopt.sandbox.results import Check, EvalOptions
+
+# The candidate's change may differ from the reference's by this fraction of it (RMS over a
+# part), beyond honest rounding. Reduced-precision arithmetic that reads every element errs
+# by its epsilon of the change (bfloat16: 0.4 %); an estimate by a multiple of it, and a closed
+# form of an unchanged aggregate by all of it.
+RESPONSE_RATIO = 0.25
+# Outputs are judged in up to this many contiguous parts, so that a part computed by estimate (a
+# loss beside a large output, one reduced row) cannot hide behind the rest.
+PARTS = 1024
+# A rare part may fail by chance where an output is quantized (a minimum in bfloat16 whose
+# element moved by less than a quantum); an estimate that saves work fails in most parts. More
+# than this fraction of an output's parts must fail (or its only part, for a scalar).
+FAILING_PARTS = 1 / 64
+KEEP_BYTES = 1 << 30  # inputs and both sides' outputs of the kept calls, at most
+_CHUNK = 1 << 20  # elements per step of the comparison (float64 temporaries)
+
+
+@dataclass
+class Answered:
+    """One call both sides answered: its inputs and their outputs (host-owned tensors)."""
+
+    input_set: InputSet
+    candidate: list[torch.Tensor]
+    reference: list[torch.Tensor]
+
+
+@dataclass
+class Kept:
+    """A uniform random choice of up to `capacity` answered calls among all offered (reservoir
+    sampling, from the host's secret stream `chooser`): which ones is decided as they pass and
+    known only to the host. Calls too large to keep `capacity` of are not kept."""
+
+    capacity: int
+    chooser: random.Random
+    offered: int = 0
+    calls: list[Answered] = field(default_factory=list)
+
+    def offer(self, input_set: InputSet, candidate: Call, reference: Call) -> None:
+        nbytes = len(input_set.packed) + _nbytes(candidate.outputs) + _nbytes(reference.outputs)
+        if self.capacity <= 0 or nbytes * self.capacity > KEEP_BYTES:
+            return
+        self.offered += 1
+        answered = Answered(input_set, candidate.outputs, reference.outputs)
+        if len(self.calls) < self.capacity:
+            self.calls.append(answered)
+            return
+        slot = self.chooser.randrange(self.offered)
+        if slot < self.capacity:
+            self.calls[slot] = answered
+
+
+def _nbytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass
+class ElementCheck:
+    """What the check needs (passed in): the conversation, the settings, the host's secret
+    stream, how outputs reach the host, the device and the core the calls run on, the census."""
+
+    conversation: Conversation
+    options: EvalOptions
+    chooser: random.Random
+    transport: str
+    device: str
+    pin_cpu: int | None
+    census: Callable[[], None]  # run after each call, as in the trials
+
+
+def check_elements(check: ElementCheck, kept: Kept, checks: list[Check]) -> None:
+    """Steps 1-4 of the module docstring; the verdict through rules.output_ignores_elements."""
+    count = check.options.element_checks
+    if count <= 0:
+        return
+    bases = list(kept.calls[:count])
+    response = Response()
+    for index in range(count):
+        base = bases[index] if index < len(bases) else _fresh_base(check)
+        moved = perturbed(base.input_set, check.chooser)
+        ref, cand = (_call(check, worker, moved) for worker in (check.conversation.reference,
+                                                                check.conversation.candidate))
+        rules.enforce(rules.call_invariants(cand.record, ref.record))
+        rules.enforce(rules.input_mutation(cand.record, ref.record))
+        rules.enforce(rules.timed_output_mismatch(compare.compare_outputs(cand.outputs, ref.outputs, check.options)))
+        response.add(base.candidate, cand.outputs, base.reference, ref.outputs)
+    finding = response.failure()
+    checks.append(Check(name="every_element_counts", passed=finding is None,
+                        detail=finding or f"{count} perturbed input set(s): the output moved as the reference's "
+                                          f"(the worst part's difference at {response.worst():.3g} of the allowed)"))
+    rules.enforce(rules.output_ignores_elements(finding))
+
+
+def _call(check: ElementCheck, worker, input_set: InputSet) -> Call:
+    call = run_call(check.conversation, worker, input_set, transport=check.transport, pin_cpu=check.pin_cpu,
+                    device=check.device, check_inputs=True)
+    check.census()
+    return call
+
+
+def _fresh_base(check: ElementCheck) -> Answered:
+    """A new input set both sides answer, where no answered call could be kept."""
+    input_set = check.conversation.make_inputs([check.chooser.randrange(1, 2**31 - 1)])[0]
+    ref, cand = (_call(check, worker, input_set) for worker in (check.conversation.reference,
+                                                                check.conversation.candidate))
+    rules.enforce(rules.call_invariants(cand.record, ref.record))
+    rules.enforce(rules.timed_output_mismatch(compare.compare_outputs(cand.outputs, ref.outputs, check.options)))
+    return Answered(input_set, cand.outputs, ref.outputs)
+
+
+class Response:
+    """Per output and part, float64 sums over the checks of the squared difference between the
+    two sides' changes, of the reference's squared change, and of the honest rounding floor.
+    Integer and boolean outputs (compared exactly on every call) and outputs whose shape changes
+    with the input are not judged here."""
+
+    def __init__(self) -> None:
+        self._parts: list[_PartSums | None] | None = None
+
+    def add(self, cand_before: list[torch.Tensor], cand_after: list[torch.Tensor],
+            ref_before: list[torch.Tensor], ref_after: list[torch.Tensor]) -> None:
+        if self._parts is None:
+            self._parts = [_PartSums.of(r) for r in ref_before]
+        for index, four in enumerate(zip(cand_before, cand_after, ref_before, ref_after)):
+            sums = self._parts[index] if index < len(self._parts) else None
+            if sums is not None and all(t.shape == sums.shape and t.dtype == sums.dtype for t in four):
+                sums.add(*four)
+
+    def worst(self) -> float:
+        """The largest ratio over all parts of the squared change difference to what is allowed
+        (above 1: the check fails)."""
+        return max((sums.worst() for sums in self._parts or [] if sums is not None), default=0.0)
+
+    def failure(self) -> str | None:
+        for index, sums in enumerate(self._parts or []):
+            problem = sums.failure() if sums is not None else None
+            if problem:
+                label = f"output {index}" if len(self._parts or []) > 1 else "the output"
+                return f"{label} {problem}"
+        return None
+
+
+class _PartSums:
+    _ERROR, _CHANGE, _FLOOR = range(3)
+
+    def __init__(self, ref: torch.Tensor):
+        self.shape, self.dtype = ref.shape, ref.dtype
+        self.numel = ref.numel()
+        self.size = -(-self.numel // min(PARTS, self.numel))
+        self.count = -(-self.numel // self.size)
+        self.sums = torch.zeros(3, self.count, dtype=torch.float64)
+        self.honest = compare.honest_relative_error(ref.dtype)
+
+    @classmethod
+    def of(cls, ref: torch.Tensor) -> _PartSums | None:
+        if not ref.is_floating_point() or ref.numel() == 0:
+            return None
+        return cls(ref)
+
+    def add(self, c0: torch.Tensor, c1: torch.Tensor, r0: torch.Tensor, r1: torch.Tensor) -> None:
+        flat = [t.reshape(-1) for t in (c0, c1, r0, r1)]
+        for start in range(0, self.numel, _CHUNK):
+            end = min(self.numel, start + _CHUNK)
+            a0, a1, b0, b1 = (t[start:end].to(torch.float64) for t in flat)
+            finite = torch.isfinite(a0) & torch.isfinite(a1) & torch.isfinite(b0) & torch.isfinite(b1)
+            zero = torch.zeros((), dtype=torch.float64)
+            change = torch.where(finite, b1 - b0, zero)
+            error = torch.where(finite, (a1 - a0) - change, zero)
+            floor = torch.where(finite, b0.square() + b1.square(), zero) * self.honest ** 2
+            terms = torch.stack([error.square(), change.square(), floor])
+            parts = torch.arange(start, end) // self.size
+            self.sums.index_add_(1, parts, terms)
+
+    def worst(self) -> float:
+        error, change, floor = self.sums
+        allowed = RESPONSE_RATIO ** 2 * change + floor
+        ratios = torch.where(allowed > 0, error / allowed.clamp_min(1e-300), (error > 0).double() * math.inf)
+        return float(ratios.max())
+
+    def failure(self) -> str | None:
+        error, change, floor = self.sums
+        failing = error > RESPONSE_RATIO ** 2 * change + floor
+        if int(failing.sum()) <= FAILING_PARTS * self.count:
+            return None
+        rms = {name: math.sqrt(float(values[failing].sum()) / int(failing.sum()))
+               for name, values in (("error", error), ("change", change))}
+        where = "" if self.count == 1 else f" in {int(failing.sum())} of its {self.count} parts"
+        return (f"does not move with its input{where}: with about half of each input's elements moved, the "
+                f"reference's output changed by {rms['change']:.3g} (root of the summed squares), and the candidate's "
+                f"change differed from it by {rms['error']:.3g}, more than {RESPONSE_RATIO:g}x: an answer estimated "
+                f"from part of the input, or from an aggregate the move leaves unchanged")
