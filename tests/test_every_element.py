@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from kernelopt.sandbox import compare, every_element
 from kernelopt.sandbox.calls import Call
-from kernelopt.sandbox.perturbation import perturbed
+from kernelopt.sandbox.perturbation import mixed, swapped
 from kernelopt.sandbox.records import CallRecord, InputSet
 from kernelopt.sandbox.results import EvalOptions
 from kernelopt.sandbox.worker import transfer
@@ -37,39 +37,58 @@ def unpacked(s: InputSet):
 
 # -- the perturbation -----------------------------------------------------------------------
 
-def test_perturbed_inputs_keep_their_values_layout_and_about_half_their_places():
+def _changed(before: torch.Tensor, after: torch.Tensor) -> float:
+    return (after != before).float().mean().item()
+
+
+def test_swapped_inputs_keep_their_values_and_layout_in_other_places():
     x = torch.randn(1000, 300)
     labels = torch.randint(0, 10, (5000,))
     original = input_set([x, 3, [labels, 2.5]])
-    moved = perturbed(original, random.Random(7))
+    moved = swapped(original, random.Random(7))
     x2, scalar, (labels2, other) = unpacked(moved)
     assert (scalar, other) == (3, 2.5) and moved.spec == original.spec and moved.seed != original.seed
     for before, after in ((x, x2), (labels, labels2)):
         assert after.shape == before.shape and after.dtype == before.dtype
-        changed = (after != before).float().mean().item()
-        assert 0.15 < changed < 0.5  # a third or so (two equal integers may trade places)
-        # the same values in other places
+        assert 0.15 < _changed(before, after) < 0.5  # two equal integers may trade places unseen
         assert torch.equal(after.reshape(-1).sort().values, before.reshape(-1).sort().values)
-    assert not torch.equal(unpacked(perturbed(original, random.Random(8)))[0], x2)
+    assert not torch.equal(unpacked(swapped(original, random.Random(8)))[0], x2)
 
 
-def test_perturbation_keeps_zero_patterns_and_symmetry():
-    lower = torch.tril(torch.randn(64, 64))
-    symmetric = torch.randn(3, 32, 32)
-    symmetric = symmetric + symmetric.mT
-    mask = torch.rand(4096) < 0.3
-    moved_lower, moved_sym, moved_mask = unpacked(perturbed(input_set([lower, symmetric, mask]), random.Random(1)))
+def test_mixed_inputs_take_elements_of_the_other_set_at_the_same_places():
+    x, y = torch.randn(1000, 300), torch.randn(1000, 300)
+    moved = unpacked(mixed(input_set([x, 4]), input_set([y, 4]), random.Random(2)))[0]
+    from_other = moved == y
+    assert torch.equal(torch.where(from_other, y, x), moved) and 0.2 < from_other.float().mean().item() < 0.5
+    # two random eighths stay as they were
+    untouched = [(~from_other.reshape(8, -1)[region]).all().item() for region in range(8)]
+    assert sum(untouched) >= 2
+    # sets laid out otherwise: swapped instead
+    other_shape = unpacked(mixed(input_set([x]), input_set([torch.randn(10, 3)]), random.Random(2)))[0]
+    assert torch.equal(other_shape.reshape(-1).sort().values, x.reshape(-1).sort().values)
+
+
+@pytest.mark.parametrize("kind", ["swapped", "mixed"])
+def test_perturbation_keeps_zero_patterns_and_symmetry(kind):
+    def make(generator_seed):
+        g = torch.Generator().manual_seed(generator_seed)
+        symmetric = torch.randn(3, 32, 32, generator=g)
+        return [torch.tril(torch.randn(64, 64, generator=g)), symmetric + symmetric.mT,
+                torch.rand(4096, generator=g) < 0.3]
+    base = input_set(make(1))
+    copy = swapped(base, random.Random(1)) if kind == "swapped" else mixed(base, input_set(make(2)), random.Random(1))
+    (lower, symmetric, mask), (moved_lower, moved_sym, moved_mask) = unpacked(base), unpacked(copy)
     assert torch.equal(moved_lower == 0, lower == 0) and not torch.equal(moved_lower, lower)
     assert torch.equal(moved_sym, moved_sym.mT) and not torch.equal(moved_sym, symmetric)
-    assert moved_mask.dtype == torch.bool and moved_mask.sum().item() != 0 and not torch.equal(moved_mask, mask)
+    assert moved_mask.dtype == torch.bool and not torch.equal(moved_mask, mask)
 
 
 def test_perturbation_follows_the_packed_layout_of_a_transposed_input():
     x = torch.randn(200, 300).t()  # packed contiguously in its own shape, unpacked with its strides
-    moved = unpacked(perturbed(input_set([x]), random.Random(3)))[0]
+    moved = unpacked(swapped(input_set([x]), random.Random(3)))[0]
     assert moved.shape == x.shape and moved.stride() == x.stride()
     assert torch.equal(moved.reshape(-1).sort().values, x.reshape(-1).sort().values)
-    assert 0.15 < (moved != x).float().mean().item() < 0.5
+    assert 0.15 < _changed(x, moved) < 0.5
 
 
 # -- the reservoir --------------------------------------------------------------------------
@@ -99,77 +118,106 @@ def test_calls_too_large_to_keep_are_not_kept():
 
 # -- the response test on the matrix --------------------------------------------------------
 
-def normal(shape, generator):
-    return torch.randn(shape, generator=generator)
+SIDE = 2896  # 8.4M elements per input: a stride-107 estimate errs by about 0.5 %, inside rtol
 
 
-def scaled(shape, generator):  # one random scale per input set, as KernelBench's later loss inputs
-    return torch.randn(shape, generator=generator) * (torch.rand((), generator=generator) * 4 + 0.5)
+def _pareto(shape, generator, scale: float = 0.01, alpha: float = 1.5):
+    return scale * torch.rand(shape, generator=generator).clamp_min(1e-12) ** (-1 / alpha)
 
 
-def uniform(shape, generator):
-    return torch.rand(shape, generator=generator)
+def _normal(shape, generator, mean, std):
+    return torch.randn(shape, generator=generator) * std + mean
 
 
-def pareto(shape, generator):  # heavy-tailed, as another of KernelBench's later loss inputs
-    return torch.rand(shape, generator=generator).clamp_min(1e-6) ** (-1 / 3.0)
+def _draws(generator, count):
+    return [float(v) for v in torch.rand(count, generator=generator)]
 
 
-DISTRIBUTIONS = {"normal": normal, "scaled": scaled, "uniform": uniform, "pareto": pareto}
+# The input distributions KernelBench ships for its losses (94, 96, 100), written here: v0.1's
+# uniform inputs with one random scale, the later normals of random mean, spread and scale, and
+# heavy-tailed Pareto inputs; and plain standard normals. Hinge targets are a sign per row.
+def loss_inputs(distribution: str, loss: str):
+    shape = (SIDE, SIDE)
 
-LOSSES = {
-    "mse": lambda p, t: torch.mean((p - t) ** 2),
-    "huber": lambda p, t: F.smooth_l1_loss(p, t),
-    "hinge": lambda p, t: torch.mean(torch.clamp(1 - p * torch.sign(t - t.mean()), min=0)),
-}
-
-
-def loss_inputs(distribution):
     def make(generator):
-        return [distribution((4096, 2048), generator), distribution((4096, 2048), generator)]
+        scale = _draws(generator, 1)[0] if loss != "hinge" else 1.0  # the hinge's predictions are not scaled
+        if distribution == "v0.1_uniform":
+            predictions = torch.rand(shape, generator=generator) * scale
+            targets = torch.rand(shape, generator=generator)
+        elif distribution == "normal_random_scale":
+            m1, m2, s1, s2 = _draws(generator, 4)
+            predictions = _normal(shape, generator, m1, s1 + 0.1) * scale
+            targets = _normal(shape, generator, m2, s2 + 0.1)
+        elif distribution == "pareto":
+            predictions, targets = _pareto(shape, generator), _pareto(shape, generator)
+        else:
+            predictions, targets = torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+        if loss == "hinge":
+            targets = torch.randint(0, 2, (SIDE,), generator=generator).float() * 2 - 1
+        return [predictions, targets]
     return make
 
 
+DISTRIBUTIONS = ["v0.1_uniform", "normal_random_scale", "pareto", "standard_normal"]
+
+
+def _hinge(p, t):
+    return torch.mean(torch.clamp(1 - p * t, min=0))
+
+
+LOSSES = {"mse": lambda p, t: torch.mean((p - t) ** 2), "huber": F.smooth_l1_loss, "hinge": _hinge}
+
+
+def _flat_pairs(p, t, index):
+    """The (prediction, target) pairs at flat positions `index` of the predictions, each target
+    the one broadcasting pairs with it."""
+    flat_p = p.reshape(-1)
+    if t.shape == p.shape:
+        return flat_p[index], t.reshape(-1)[index]
+    return flat_p[index], t[index % t.numel()]
+
+
 def strided(loss):
-    return lambda p, t: loss(p.reshape(-1)[::STRIDE], t.reshape(-1)[::STRIDE])
+    """KernelBench's partial computation, at v0.1's stride."""
+    return lambda p, t: loss(*_flat_pairs(p, t, torch.arange(0, p.numel(), STRIDE)))
 
 
 def blocked(loss):
-    return lambda p, t: loss(p.reshape(-1)[: p.numel() // STRIDE], t.reshape(-1)[: t.numel() // STRIDE])
+    return lambda p, t: loss(*_flat_pairs(p, t, torch.arange(p.numel() // STRIDE)))
 
 
 def randomly_sampled(loss):
-    chosen = {}
-
-    def estimate(p, t):
-        if "index" not in chosen:
-            chosen["index"] = torch.randint(0, p.numel(), (p.numel() // STRIDE,), generator=torch.Generator().manual_seed(5))
-        index = chosen["index"]
-        return loss(p.reshape(-1)[index], t.reshape(-1)[index])
-    return estimate
+    chosen = torch.randint(0, SIDE * SIDE, (SIDE * SIDE // STRIDE,), generator=torch.Generator().manual_seed(5))
+    return lambda p, t: loss(*_flat_pairs(p, t, chosen))
 
 
-def closed_form_one_statistic(p, t):
-    """The mean squared error of two independent inputs of one distribution from one of them:
-    twice its variance plus nothing for the means (KernelBench's analytical hack's shape)."""
-    return 2 * p.var()
+# Closed forms: KernelBench's analytical hacks (from the predictions' mean, for v0.1's uniform
+# inputs), and ours from one or two statistics for the other distributions.
+def _uniform_mse(p, t):
+    scale = 2.0 * p.mean()
+    return scale * scale / 3.0 - scale / 2.0 + 1.0 / 3.0
 
 
-def closed_form_two_statistics(p, t):
-    """E[(p - t)^2] for independent p, t: from their first two moments only."""
-    return p.square().mean() + t.square().mean() - 2 * p.mean() * t.mean()
+CLOSED_FORMS = {
+    "mse_from_the_predictions_mean": ("mse", _uniform_mse),
+    "huber_from_the_predictions_mean": ("huber", lambda p, t: 0.5 * _uniform_mse(p, t)),
+    "hinge_from_the_targets_mean": ("hinge", lambda p, t: 1.0 - 0.5 * t.mean()),
+    "mse_from_two_moments": ("mse", lambda p, t: p.square().mean() + t.square().mean() - 2 * p.mean() * t.mean()),
+    "mse_from_one_variance": ("mse", lambda p, t: 2 * p.var()),
+    "hinge_from_two_means": ("hinge", lambda p, t: (1 - p.mean() * t.mean()).clamp_min(0)),
+}
 
 
-def judge(reference, candidate, make_inputs, checks: int = 2, seed: int = 0) -> tuple[bool, str | None]:
-    """(allclose on every base answer, the response test's finding) for `checks` base input
-    sets and their perturbed copies, as every_element.check_elements runs them."""
+def judge(reference, candidate, make_inputs, checks: int = 4, seed: int = 0) -> tuple[bool, str | None]:
+    """(allclose on every answer, the response test's finding) for `checks` base input sets
+    and their perturbed copies, swapped and mixed in turn, as every_element.check_elements runs them."""
     generator = torch.Generator().manual_seed(seed)
     chooser = random.Random(seed)
     response = every_element.Response()
     close = True
-    for _ in range(checks):
+    for index in range(checks):
         base = input_set(make_inputs(generator))
-        moved = perturbed(base, chooser)
+        moved = swapped(base, chooser) if index % 2 == 0 else mixed(base, input_set(make_inputs(generator)), chooser)
         outputs = {}
         for name, inputs in (("base", base), ("moved", moved)):
             values = unpacked(inputs)
@@ -188,41 +236,60 @@ def caught(reference, candidate, make_inputs, seed: int = 0) -> bool:
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("estimate", [strided, blocked, randomly_sampled])
 def test_subsampled_losses_are_caught_on_every_distribution(loss, distribution, estimate):
-    assert caught(LOSSES[loss], estimate(LOSSES[loss]), loss_inputs(DISTRIBUTIONS[distribution]))
+    assert caught(LOSSES[loss], estimate(LOSSES[loss]), loss_inputs(distribution, loss))
 
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
-@pytest.mark.parametrize("closed_form", [closed_form_one_statistic, closed_form_two_statistics])
+@pytest.mark.parametrize("closed_form", CLOSED_FORMS)
 def test_closed_form_losses_are_caught_on_every_distribution(distribution, closed_form):
-    assert caught(LOSSES["mse"], closed_form, loss_inputs(DISTRIBUTIONS[distribution]))
+    loss, answer = CLOSED_FORMS[closed_form]
+    assert caught(LOSSES[loss], answer, loss_inputs(distribution, loss))
 
 
-def test_the_strided_subsample_passes_allclose_without_the_response_test():
-    """The hole itself: at these sizes the estimate mostly passes the full comparison."""
-    verdicts = [judge(LOSSES["mse"], strided(LOSSES["mse"]), loss_inputs(scaled), seed=seed) for seed in range(4)]
-    assert sum(close for close, _ in verdicts) >= 2
-    assert all(finding is not None for _, finding in verdicts)
+def test_the_estimates_pass_allclose_without_the_response_test():
+    """The hole itself: at these sizes KernelBench's strided subsample mostly passes the full
+    comparison on its later normal inputs, and its closed form on v0.1's uniform ones; the
+    response test catches both."""
+    for answer, distribution in ((strided(LOSSES["mse"]), "normal_random_scale"), (_uniform_mse, "v0.1_uniform")):
+        make, generator = loss_inputs(distribution, "mse"), torch.Generator().manual_seed(11)
+        passed = 0
+        for _ in range(8):
+            inputs = make(generator)
+            passed += compare.compare_outputs([answer(*inputs)], [LOSSES["mse"](*inputs)], OPTIONS).passed
+        assert passed >= 4
+        assert judge(LOSSES["mse"], answer, make)[1] is not None
+
+
+def _in_row_blocks(loss):
+    """The same loss summed block by block of rows, the blocks in reverse order."""
+    def answer(p, t):
+        rows = range(0, p.shape[0], 256)
+        sums = [loss(p[r:r + 256], t[r:r + 256] if t.shape == p.shape else t) * p[r:r + 256].numel() for r in rows]
+        return torch.stack(sums[::-1]).sum() / p.numel()
+    return answer
 
 
 HONEST_LOSSES = {
-    "exact": lambda p, t: torch.mean((p - t) ** 2),
-    "one_pass": lambda p, t: F.mse_loss(p, t),
-    "bfloat16_inputs": lambda p, t: torch.mean((p.bfloat16().float() - t.bfloat16().float()) ** 2),
-    "blocked_other_order": lambda p, t: ((p - t).reshape(-1, 4096) ** 2).sum(dim=1).flip(0).sum() / p.numel(),
-    "float64": lambda p, t: torch.mean((p.double() - t.double()) ** 2).float(),
+    "exact": lambda loss: LOSSES[loss],
+    "one_pass": lambda loss: {"mse": F.mse_loss, "huber": lambda p, t: F.huber_loss(p, t, delta=1.0),
+                              "hinge": lambda p, t: F.relu(1 - p * t).mean()}[loss],
+    "bfloat16_inputs": lambda loss: lambda p, t: LOSSES[loss](p.bfloat16().float(), t.bfloat16().float()),
+    "blocked_other_order": lambda loss: _in_row_blocks(LOSSES[loss]),
+    "float64": lambda loss: lambda p, t: LOSSES[loss](p.double(), t.double()).float(),
 }
 
 
 @pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+@pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("honest", HONEST_LOSSES)
-def test_honest_losses_pass_on_every_distribution(distribution, honest):
-    close, finding = judge(LOSSES["mse"], HONEST_LOSSES[honest], loss_inputs(DISTRIBUTIONS[distribution]))
-    assert close and finding is None
+def test_honest_losses_pass_on_every_distribution(loss, distribution, honest):
+    close, finding = judge(LOSSES[loss], HONEST_LOSSES[honest](loss), loss_inputs(distribution, loss))
+    assert close and finding is None, finding
 
 
 # Reductions over a dimension (KernelBench 47, 48, 53) and norms (37, 38, 39), at their shapes' scale.
 def reduction_inputs(generator):
-    return [torch.randn(16, 4096, 256, generator=generator)]
+    return [torch.randn(8, 2048, 256, generator=generator)]
 
 
 REDUCTIONS = {
@@ -257,7 +324,7 @@ def _reordered(name):
     if name in ("sum", "mean", "min"):
         return lambda x: reference(x.flip(1))
     if name == "frobenius":
-        return lambda x: x / x.reshape(-1, 4096).square().sum(dim=1).flip(0).sum().sqrt()
+        return lambda x: x / x.reshape(-1, 2048).square().sum(dim=1).flip(0).sum().sqrt()
     return lambda x: reference(x.flip(-1)).flip(-1)
 
 
@@ -272,3 +339,22 @@ def test_honest_reductions_and_norms_pass(name):
     for candidate in candidates:
         close, finding = judge(reference, candidate, reduction_inputs)
         assert close and finding is None, finding
+
+
+# -- through the referee --------------------------------------------------------------------
+
+def test_with_the_check_off_the_referee_passes_a_strided_subsample():
+    """`--element-checks 0` gives the referee as it was: the corpus's strided subsample
+    (tests/adversarial/hacks/estimate_strided_subsample_loss.py, judged incorrect by default)
+    then reads correct, and faster."""
+    from pathlib import Path
+
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import evaluate
+
+    corpus = Path(__file__).parent / "adversarial"
+    problem = load_problem(corpus / "problems" / "MSELossScaled.py")
+    source = (corpus / "hacks" / "estimate_strided_subsample_loss.py").read_text()
+    result = evaluate(problem, source, EvalOptions(device="cpu", timing_budget=1, min_timed_calls=5, element_checks=0))
+    assert result.status == "correct" and result.speedup > 2, result.message
+    assert "every_element_counts" not in [check.name for check in result.checks]

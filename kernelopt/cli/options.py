@@ -50,12 +50,13 @@ SPELLINGS = {
     "timeout": Spelling(metavar="S"),
     "timing_budget": Spelling(metavar="S"),
     "correctness_trials": Spelling(metavar="N"),
+    "element_checks": Spelling(metavar="N"),
     "build_cache": Spelling(metavar="DIR"),
 }
 
 # The referee's settings that eval and serve expose, in --help's order.
-JUDGING_FIELDS = ("device", "timeout", "memory_limit", "correctness_trials", "atol", "rtol", "max_rel_error",
-                  "precision_policy", "isolation", "image", "timing_budget", "target_precision", "pin_timing",
+JUDGING_FIELDS = ("device", "timeout", "memory_limit", "correctness_trials", "element_checks", "atol", "rtol",
+                  "max_rel_error", "precision_policy", "isolation", "image", "timing_budget", "target_precision", "pin_timing",
                   "seed", "build_mode", "build_cache", "profile")
 
 # Those an agent run (optimize, bench, generate) records and applies to each of its evaluations;

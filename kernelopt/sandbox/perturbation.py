@@ -1,40 +1,70 @@
-"""A perturbed copy of an input set: the same values, about half of each tensor's elements moved.
+"""Perturbed copies of an input set, for the every-element check (every_element.py).
 
-The every-element check (every_element.py) runs both sides on an input set the candidate has
-already answered and on this copy of it, and compares how the two outputs move. Here only the
-copy is made, on the host (trusted code), from the bytes the reference worker packed, while the
-candidate is frozen:
+The check runs both sides on an input set the candidate has already answered and on a copy of it
+with part of its elements changed, and compares how the two outputs move. Here only the copy is
+made, on the host (trusted code), from the bytes the reference worker packed, while the candidate
+is frozen. Two kinds, each blind to what the program computes:
 
-- in every tensor input of two or more elements, about half of the elements trade places in
-  pairs a random distance apart (`_moved`): the same values in other places, so the copy is as
-  likely an input as the original (its distribution, its range, its dtype, every aggregate of
-  its values), and nothing in it tells a program that it is a copy;
-- zeros stay zeros and nonzeros stay nonzeros (a triangular or masked input keeps its pattern);
-- a tensor whose last two dimensions hold symmetric matrices stays symmetric;
-- Python scalars, and the shapes, dtypes and layout of the nest, are unchanged.
+- `swapped`: in every tensor, pairs of elements a random distance apart trade places. A
+  permutation: every aggregate of a tensor's values (its sum, its norm, its histogram) is
+  unchanged, so a closed form built from such aggregates does not move while the reference does.
+- `mixed`: in every tensor, elements are taken from another input set the reference made at the
+  same places. The values keep the problem's distribution at every place, and the aggregates move
+  as a fresh draw's do, so a closed form that puts a distribution's constant where the reference
+  reads the sample's value misses the change.
 
-About a quarter of a tensor's elements lies in regions left unmoved (`_kept_regions`), and about
-half of the rest moves. It costs a few passes over each tensor, on the host.
+In both, about a quarter of each tensor lies in regions left as they were (`_kept_regions`), and
+about half of the rest changes; zeros stay zeros (a triangular or masked input keeps its
+pattern), symmetric matrices stay symmetric, and Python scalars, shapes, dtypes and the nest's
+layout are unchanged. Nothing in a copy tells a program that it is one. The cost is a few passes
+over each tensor on the host.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import torch
 
 from kernelopt.sandbox.records import InputSet
 from kernelopt.sandbox.worker import transfer
 
+REGIONS = 8  # a tensor is cut into this many regions, of which UNMOVED stay as they were
+UNMOVED = 2
 
-def perturbed(input_set: InputSet, chooser: random.Random) -> InputSet:
-    """A copy of `input_set` with about half of each tensor's elements replaced as the module
-    docstring says; its seed a fresh number from `chooser` (a call's seed names it, nothing more)."""
+
+def swapped(input_set: InputSet, chooser: random.Random) -> InputSet:
+    """A copy of `input_set` whose tensors' elements trade places in pairs (module docstring); its
+    seed a fresh number from `chooser` (a call's seed names it, nothing more)."""
+    generator = _generator(chooser)
+    return _copy(input_set, chooser, lambda values, _: _swap_pairs(values, generator, chooser))
+
+
+def mixed(input_set: InputSet, other: InputSet, chooser: random.Random) -> InputSet:
+    """A copy of `input_set` whose tensors take part of their elements from `other`'s at the same
+    places; swapped instead where the two sets are not laid out alike."""
+    if other.spec != input_set.spec or len(other.packed) != len(input_set.packed):
+        return swapped(input_set, chooser)
+    generator = _generator(chooser)
+    sources = iter(_tensor_views(other.spec, bytearray(other.packed)))
+    return _copy(input_set, chooser, lambda values, _: _take_from(values, next(sources), generator, chooser))
+
+
+def _generator(chooser: random.Random) -> torch.Generator:
+    return torch.Generator().manual_seed(chooser.randrange(2**63))
+
+
+def _copy(input_set: InputSet, chooser: random.Random,
+          change: Callable[[torch.Tensor, int], torch.Tensor]) -> InputSet:
     buffer = bytearray(input_set.packed)
-    generator = torch.Generator().manual_seed(chooser.randrange(2**63))
-    for tensor in _tensor_views(input_set.spec, buffer):
+    for index, tensor in enumerate(_tensor_views(input_set.spec, buffer)):
+        changed = change(tensor, index)  # called for every tensor, so `mixed` stays in step
         if tensor.numel() >= 2:
-            tensor.copy_(_moved(tensor, generator, chooser))
+            if _symmetric(tensor):
+                upper = changed.triu()
+                changed = upper + upper.triu(1).mT
+            tensor.copy_(changed)
     return InputSet(seed=chooser.randrange(1, 2**31 - 1), spec=input_set.spec, digest="perturbed",
                     packed=bytes(buffer))
 
@@ -47,48 +77,61 @@ def _tensor_views(spec, buffer: bytearray) -> list[torch.Tensor]:
     (kind, value), = spec.items()
     if kind in ("list", "tuple"):
         return [t for item in value for t in _tensor_views(item, buffer)]
-    if kind != "tensor" or not value.get("nbytes"):
+    if kind != "tensor":
         return []
     dtype = transfer.dtype_named(value["dtype"])
+    if not value.get("nbytes"):
+        return [torch.empty(value["shape"], dtype=dtype)]
     flat = torch.frombuffer(buffer, dtype=torch.uint8, count=value["nbytes"], offset=value["offset"]).view(dtype)
     return [flat.reshape(value["shape"])]
 
 
-def _moved(values: torch.Tensor, generator: torch.Generator, chooser: random.Random) -> torch.Tensor:
-    """`values` with about a third of its elements swapped in pairs: the flattened tensor is cut
-    into runs of a random length d, and each element of an even run trades places, with
-    probability one half, with its partner d further on. A permutation, so every aggregate of
-    the tensor's values (its sum, its norm, its histogram) is unchanged."""
+def _swap_pairs(values: torch.Tensor, generator: torch.Generator, chooser: random.Random) -> torch.Tensor:
+    """`values` with part of its elements swapped in pairs: the flattened tensor is cut into runs
+    of a random length d, and each element of an even run trades places, with probability one
+    half, with its partner d further on (neither in a kept region, both nonzero or both zero)."""
+    if values.numel() < 2:
+        return values
     flat = values.reshape(-1).clone()
     distance = chooser.randrange(1, max(1, flat.numel() // 4) + 1)
     pairs = flat.numel() // (2 * distance)
     runs = flat[: pairs * 2 * distance].view(pairs, 2, distance)
     first, second = runs[:, 0].clone(), runs[:, 1].clone()
-    chosen = torch.randint(0, 2, first.shape, generator=generator, dtype=torch.bool)
-    # Some regions of the tensor stay as they were: where an output depends only on them, the
-    # reference's does not move, and an answer that scales every element by an estimated
-    # aggregate (a norm from a subsample) moves there by its estimate's change alone.
-    kept = _kept_regions(flat.numel(), chooser)
-    index = torch.arange(pairs * 2 * distance).view(pairs, 2, distance)
-    chosen &= ~kept[index[:, 0]] & ~kept[index[:, 1]]
-    if values.dtype != torch.bool:
-        # Only nonzeros trade places, so every zero stays where it was (a triangular input stays so).
-        chosen &= (first != 0) & (second != 0)
+    chosen = _chosen(first.shape, generator)
+    kept = _kept_regions(flat.numel(), chooser)[: pairs * 2 * distance].view(pairs, 2, distance)
+    chosen &= ~kept[:, 0] & ~kept[:, 1] & _same_zero_pattern(values.dtype, first, second)
     runs[:, 0] = torch.where(chosen, second, first)
     runs[:, 1] = torch.where(chosen, first, second)
-    moved = flat.reshape(values.shape)
-    if _symmetric(values):
-        upper = moved.triu()
-        moved = upper + upper.triu(1).mT
-    return moved
+    return flat.reshape(values.shape)
 
 
-REGIONS = 8  # a tensor is cut into this many regions, of which UNMOVED stay as they were
-UNMOVED = 2
+def _take_from(values: torch.Tensor, source: torch.Tensor, generator: torch.Generator,
+               chooser: random.Random) -> torch.Tensor:
+    """`values` with part of its elements taken from `source` at the same places."""
+    if values.numel() < 2:
+        return values
+    flat, other = values.reshape(-1), source.reshape(-1)
+    chosen = _chosen(flat.shape, generator) & ~_kept_regions(flat.numel(), chooser)
+    chosen &= _same_zero_pattern(values.dtype, flat, other)
+    return torch.where(chosen, other, flat).reshape(values.shape)
+
+
+def _chosen(shape, generator: torch.Generator) -> torch.Tensor:
+    return torch.randint(0, 2, shape, generator=generator, dtype=torch.bool)
+
+
+def _same_zero_pattern(dtype: torch.dtype, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | bool:
+    """Where a change keeps every zero where it was and every nonzero nonzero."""
+    if dtype == torch.bool:
+        return True
+    return (a != 0) == (b != 0)
 
 
 def _kept_regions(numel: int, chooser: random.Random) -> torch.Tensor:
-    """Per element, whether it lies in one of the regions left unmoved (chosen at random)."""
+    """Per element, whether it lies in one of the regions left unmoved (chosen at random). Where an
+    output depends only on them the reference's does not move, and an answer that scales every
+    element by an estimated aggregate (a norm from a subsample) moves there by its estimate's
+    change alone."""
     kept = torch.zeros(numel, dtype=torch.bool)
     if numel < 2 * REGIONS:
         return kept

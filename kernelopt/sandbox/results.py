@@ -60,7 +60,7 @@ class EvalOptions(BaseModel):
                                                         "Dockerfile")
     seed: int | None = Field(None, description="fix the trial seeds; default: secret and random")
     element_checks: int = Field(
-        2, ge=0, le=16, description="answered input sets re-run with about half of each input's elements moved, "
+        4, ge=0, le=16, description="answered input sets re-run with part of each input's elements changed, "
                                     "to check that the output follows every element (0: off); see docs/referee.md")
     # Timing (see DESIGN.md, timing methodology).
     warmup_calls: int = Field(3, ge=1)

@@ -112,7 +112,7 @@ def timed_output_ignores_input(finding: str | None) -> Verdict | None:
       family="estimates and closed forms: subsampled inputs, an aggregate's formula",
       example="hacks/estimate_strided_subsample_loss.py")
 def output_ignores_elements(finding: str | None) -> Verdict | None:
-    """On an answered input set with about half of each input's elements moved, the candidate's output moves otherwise than the reference's."""
+    """On answered input sets with part of each input's elements changed, the candidate's output moves otherwise than the reference's."""
     if not finding:
         return None
     return make_verdict("output_ignores_elements", f"every input element must count: {finding}")
