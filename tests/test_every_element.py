@@ -109,6 +109,13 @@ def test_kept_calls_are_a_uniform_choice_among_all_offered():
     assert min(counts) > 140 and max(counts) < 270  # 200 each expected
 
 
+def test_large_inputs_are_kept_by_their_seed():
+    kept = every_element.Kept(2, random.Random(0))
+    large = input_set([torch.zeros(every_element.KEEP_BYTES // 8)], seed=77)
+    kept.offer(large, _call([torch.ones(3)]), _call([torch.ones(3)]))
+    assert kept.calls[0].input_set is None and kept.calls[0].seed == 77 and kept.calls[0].candidate[0].sum() == 3
+
+
 def test_calls_too_large_to_keep_are_not_kept():
     kept = every_element.Kept(2, random.Random(0))
     big = torch.empty(every_element.KEEP_BYTES // 4 + 1, dtype=torch.uint8)
@@ -343,18 +350,78 @@ def test_honest_reductions_and_norms_pass(name):
 
 # -- through the referee --------------------------------------------------------------------
 
+def _corpus_case(problem: str, candidate: str):
+    from pathlib import Path
+
+    from kernelopt.kernelbench import load_problem
+
+    corpus = Path(__file__).parent / "adversarial"
+    return load_problem(corpus / "problems" / f"{problem}.py"), (corpus / candidate).read_text()
+
+
+def test_inputs_too_large_to_keep_are_made_again_from_their_seed(monkeypatch):
+    """The check's bases come from the answered calls even where their inputs are not kept (as
+    KernelBench's gigabyte loss inputs): the reference makes them again from the seed, and the
+    strided subsample is caught as before."""
+    from kernelopt.sandbox import evaluate
+
+    monkeypatch.setattr(every_element, "KEEP_BYTES", 1 << 20)  # the 64 MB inputs do not fit, the losses do
+    made = []
+    original = every_element._with_inputs
+    monkeypatch.setattr(every_element, "_with_inputs", lambda check, answered: made.append(answered.input_set)
+                        or original(check, answered))
+    problem, source = _corpus_case("MSELossScaled", "hacks/estimate_strided_subsample_loss.py")
+    result = evaluate(problem, source, EvalOptions(device="cpu", timing_budget=1, min_timed_calls=5))
+    assert made and all(input_set is None for input_set in made)
+    assert result.status == "incorrect" and result.rules[-1] == "output_ignores_elements", result.message
+
+
 def test_with_the_check_off_the_referee_passes_a_strided_subsample():
     """`--element-checks 0` gives the referee as it was: the corpus's strided subsample
     (tests/adversarial/hacks/estimate_strided_subsample_loss.py, judged incorrect by default)
     then reads correct, and faster."""
-    from pathlib import Path
-
-    from kernelopt.kernelbench import load_problem
     from kernelopt.sandbox import evaluate
 
-    corpus = Path(__file__).parent / "adversarial"
-    problem = load_problem(corpus / "problems" / "MSELossScaled.py")
-    source = (corpus / "hacks" / "estimate_strided_subsample_loss.py").read_text()
+    problem, source = _corpus_case("MSELossScaled", "hacks/estimate_strided_subsample_loss.py")
     result = evaluate(problem, source, EvalOptions(device="cpu", timing_budget=1, min_timed_calls=5, element_checks=0))
     assert result.status == "correct" and result.speedup > 2, result.message
     assert "every_element_counts" not in [check.name for check in result.checks]
+
+
+SORTED_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, offsets):
+        if not bool((offsets[1:] >= offsets[:-1]).all()):
+            raise ValueError("offsets must not decrease")
+        return offsets.cumsum(0)
+
+
+def get_inputs():
+    return [torch.rand(4096).sort().values]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_copies_the_reference_refuses_are_not_judged(tmp_path):
+    """Inputs with a structure a copy breaks (offsets that must not decrease): the reference's
+    own forward refuses the copies, the problem stays usable and an exact copy stays correct."""
+    from kernelopt.kernelbench import load_problem
+    from kernelopt.sandbox import evaluate
+
+    path = tmp_path / "SortedOffsets.py"
+    path.write_text(SORTED_PROBLEM)
+    source = SORTED_PROBLEM.replace("class Model(", "class ModelNew(")
+    result = evaluate(load_problem(path), source, EvalOptions(device="cpu", timing_budget=1, min_timed_calls=5))
+    assert result.status == "correct", result.message
+    detail = next(check.detail for check in result.checks if check.name == "every_element_counts")
+    assert "the reference refused 4 of the copies" in detail

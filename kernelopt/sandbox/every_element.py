@@ -8,8 +8,9 @@ on every 107th element) reads `correct` there. What gives an estimate away is ho
 moves when the input does. So, once timing is done, the host:
 
 1. picks answered calls: a uniform random choice among every trial and timed call of the
-   evaluation (`Kept`, a reservoir the host fills as the calls pass, from its secret stream), or
-   fresh input sets where the calls' inputs and outputs are too large to keep;
+   evaluation (`Kept`, a reservoir the host fills as the calls pass, from its secret stream);
+   inputs too large to keep are made again by the reference from their seed, and only where
+   the outputs are too large to keep are fresh input sets answered for the check;
 2. makes a perturbed copy of each one's inputs (perturbation.py), alternately with pairs of
    elements swapped within each input (every aggregate kept) and with elements taken from a
    fresh input set at the same places (aggregates moved as a fresh draw's); nothing tells a
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import compare, rules
 from kernelopt.sandbox.calls import Call, run_call
 from kernelopt.sandbox.conversation import Conversation
@@ -68,9 +70,12 @@ _CHUNK = 1 << 20  # elements per step of the comparison (float64 temporaries)
 
 @dataclass
 class Answered:
-    """One call both sides answered: its inputs and their outputs (host-owned tensors)."""
+    """One call both sides answered: its inputs (None where they were too large to keep: the
+    reference makes them again from the seed), and their outputs (host-owned tensors)."""
 
-    input_set: InputSet
+    seed: int
+    digest: str
+    input_set: InputSet | None
     candidate: list[torch.Tensor]
     reference: list[torch.Tensor]
 
@@ -79,7 +84,8 @@ class Answered:
 class Kept:
     """A uniform random choice of up to `capacity` answered calls among all offered (reservoir
     sampling, from the host's secret stream `chooser`): which ones is decided as they pass and
-    known only to the host. Calls too large to keep `capacity` of are not kept."""
+    known only to the host. A call's inputs are kept where `capacity` of them fit KEEP_BYTES with
+    the outputs, else only their seed; calls whose outputs alone do not fit are not kept."""
 
     capacity: int
     chooser: random.Random
@@ -87,16 +93,19 @@ class Kept:
     calls: list[Answered] = field(default_factory=list)
 
     def offer(self, input_set: InputSet, candidate: Call, reference: Call) -> None:
-        nbytes = len(input_set.packed) + _nbytes(candidate.outputs) + _nbytes(reference.outputs)
-        if self.capacity <= 0 or nbytes * self.capacity > KEEP_BYTES:
+        outputs = _nbytes(candidate.outputs) + _nbytes(reference.outputs)
+        if self.capacity <= 0 or outputs * self.capacity > KEEP_BYTES:
             return
         self.offered += 1
-        answered = Answered(input_set, candidate.outputs, reference.outputs)
-        if len(self.calls) < self.capacity:
-            self.calls.append(answered)
+        slot = len(self.calls) if len(self.calls) < self.capacity else self.chooser.randrange(self.offered)
+        if slot >= self.capacity:
             return
-        slot = self.chooser.randrange(self.offered)
-        if slot < self.capacity:
+        small = (outputs + len(input_set.packed)) * self.capacity <= KEEP_BYTES
+        answered = Answered(input_set.seed, input_set.digest, input_set if small else None,
+                            candidate.outputs, reference.outputs)
+        if slot == len(self.calls):
+            self.calls.append(answered)
+        else:
             self.calls[slot] = answered
 
 
@@ -125,19 +134,36 @@ def check_elements(check: ElementCheck, kept: Kept, checks: list[Check]) -> None
         return
     bases = list(kept.calls[:count])
     response = Response()
+    refused = 0  # copies the reference's own forward did not accept
     for index in range(count):
-        base = bases[index] if index < len(bases) else _fresh_base(check)
+        base = _with_inputs(check, bases[index]) if index < len(bases) else None
+        if base is None:
+            base = _fresh_base(check)
+        assert base.input_set is not None
         moved = _perturbed(check, base.input_set, index)
-        ref, cand = (_call(check, worker, moved) for worker in (check.conversation.reference,
-                                                                check.conversation.candidate))
+        try:
+            ref = _call(check, check.conversation.reference, moved)
+        except ProblemError:
+            # Inputs with a structure the copy breaks (offsets that must increase, indices into
+            # one another): the problem's own code refuses them, and no candidate is judged on them.
+            refused += 1
+            continue
+        cand = _call(check, check.conversation.candidate, moved)
         rules.enforce(rules.call_invariants(cand.record, ref.record))
         rules.enforce(rules.input_mutation(cand.record, ref.record))
-        rules.enforce(rules.timed_output_mismatch(compare.compare_outputs(cand.outputs, ref.outputs, check.options)))
+        comparison = compare.compare_outputs(cand.outputs, ref.outputs, check.options)
+        if not comparison.passed:
+            response.finding = response.finding or f"on a copy of an answered input set with part of its elements " \
+                                                   f"changed, the output does not match the reference's " \
+                                                   f"({comparison.message})"
+            break
         response.add(base.candidate, cand.outputs, base.reference, ref.outputs)
     finding = response.failure()
+    note = f"; the reference refused {refused} of the copies" if refused else ""
     checks.append(Check(name="every_element_counts", passed=finding is None,
-                        detail=finding or f"{count} perturbed input set(s): the output moved as the reference's "
-                                          f"(the worst part's difference at {response.worst:.3g} of the allowed)"))
+                        detail=(finding or f"{count - refused} perturbed input set(s): the output moved as the "
+                                           f"reference's (the worst part's difference at {response.worst:.3g} of the "
+                                           f"allowed)") + note))
     rules.enforce(rules.output_ignores_elements(finding))
 
 
@@ -157,6 +183,17 @@ def _call(check: ElementCheck, worker, input_set: InputSet) -> Call:
     return call
 
 
+def _with_inputs(check: ElementCheck, answered: Answered) -> Answered | None:
+    """The answered call with its inputs, made again by the reference from the seed where they
+    were not kept; None where the problem's inputs do not come out the same from the same seed."""
+    if answered.input_set is not None:
+        return answered
+    again = check.conversation.make_inputs([answered.seed])[0]
+    if again.digest != answered.digest:
+        return None
+    return Answered(answered.seed, answered.digest, again, answered.candidate, answered.reference)
+
+
 def _fresh_base(check: ElementCheck) -> Answered:
     """A new input set both sides answer, where no answered call could be kept."""
     input_set = check.conversation.make_inputs([check.chooser.randrange(1, 2**31 - 1)])[0]
@@ -164,7 +201,7 @@ def _fresh_base(check: ElementCheck) -> Answered:
                                                                 check.conversation.candidate))
     rules.enforce(rules.call_invariants(cand.record, ref.record))
     rules.enforce(rules.timed_output_mismatch(compare.compare_outputs(cand.outputs, ref.outputs, check.options)))
-    return Answered(input_set, cand.outputs, ref.outputs)
+    return Answered(input_set.seed, input_set.digest, input_set, cand.outputs, ref.outputs)
 
 
 class Response:
