@@ -19,11 +19,12 @@ from kernelopt.rewards.service.errors import BadRequest
 from kernelopt.sandbox.results import EvalOptions
 
 # What decides where and how safely code runs (device, isolation, memory, builds, timeout), and
-# the secret seeds, and the advisory profiling pass (--profile: its cost), stay the operator's; the rest says how strictly and how long a candidate is
+# the secret seeds, the advisory profiling pass (--profile: its cost) and the every-element check (a
+# defence a request must not turn off) stay the operator's; the rest says how strictly and how long a candidate is
 # judged, which a request may choose. A new EvalOptions field is therefore per-request unless it
 # is listed here.
 OPERATOR_OPTIONS = frozenset({"device", "timeout", "memory_limit", "isolation", "image", "seed", "pin_timing",
-                              "keep_scratch", "build_mode", "build_cache", "profile"})
+                              "keep_scratch", "build_mode", "build_cache", "profile", "element_checks"})
 REQUEST_OPTIONS = tuple(name for name in EvalOptions.model_fields if name not in OPERATOR_OPTIONS)
 EVALUATE_FIELDS = ("problem", "completion", "reward", "options")
 # The most characters each text field may hold (docs/serve.md); --max-body caps the whole body.
