@@ -12,9 +12,9 @@ moves when the input does. So, once timing is done, the host:
    inputs too large to keep are made again by the reference from their seed, and only where
    the outputs are too large to keep are fresh input sets answered for the check;
 2. makes a perturbed copy of each one's inputs (perturbation.py), alternately with pairs of
-   elements swapped within each input (every aggregate kept) and with elements taken from a
-   fresh input set at the same places (aggregates moved as a fresh draw's); nothing tells a
-   copy from a fresh input;
+   elements swapped within each input (every aggregate kept) and with elements taken from
+   another input set the reference made (another kept call's, else a fresh one) at the same
+   places (aggregates moved as a fresh draw's); nothing tells a copy from a fresh input;
 3. runs both sides on the copy, each call a window like any other (calls.py), its outputs
    compared in full;
 4. compares the responses: per output and per contiguous part of it, the candidate's change
@@ -26,8 +26,8 @@ moves when the input does. So, once timing is done, the host:
    rounding on both answers (compare.honest_relative_error of the output), and an output fails
    when more than FAILING_PARTS of its parts fail (its only part, for a scalar).
 
-The cost: four perturbed copies (two fresh input sets among them) and four calls a side per
-evaluation (`EvalOptions.element_checks`).
+The cost: four perturbed copies (a few passes over the inputs each, on the host) and four calls a
+side per evaluation (`EvalOptions.element_checks`).
 A program that computes exactly on a copy it recognises still answered the original by its
 estimate, so its change carries the estimate's error; recognising the original in advance would
 mean computing every call exactly.
@@ -46,7 +46,7 @@ from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import compare, rules
 from kernelopt.sandbox.calls import Call, run_call
 from kernelopt.sandbox.conversation import Conversation
-from kernelopt.sandbox.perturbation import mixed, swapped
+from kernelopt.sandbox.perturbation import alike, mixed, swapped
 from kernelopt.sandbox.records import InputSet
 from kernelopt.sandbox.results import Check, EvalOptions
 
@@ -140,7 +140,7 @@ def check_elements(check: ElementCheck, kept: Kept, checks: list[Check]) -> None
         if base is None:
             base = _fresh_base(check)
         assert base.input_set is not None
-        moved = _perturbed(check, base.input_set, index)
+        moved = _perturbed(check, base.input_set, index, [b.input_set for b in bases if b.input_set is not None])
         try:
             ref = _call(check, check.conversation.reference, moved)
         except ProblemError:
@@ -167,12 +167,17 @@ def check_elements(check: ElementCheck, kept: Kept, checks: list[Check]) -> None
     rules.enforce(rules.output_ignores_elements(finding))
 
 
-def _perturbed(check: ElementCheck, input_set: InputSet, index: int) -> InputSet:
+def _perturbed(check: ElementCheck, input_set: InputSet, index: int, kept_inputs: list[InputSet]) -> InputSet:
     """The copies alternate between the two kinds of perturbation.py: swapped pairs (aggregates
-    kept), and elements of a fresh input set the reference makes (aggregates moved)."""
+    kept), and elements of another input set the reference made (aggregates moved): another of
+    the kept calls' where one is laid out alike (no input to make), else a fresh one."""
     if index % 2 == 0:
         return swapped(input_set, check.chooser)
-    other = check.conversation.make_inputs([check.chooser.randrange(1, 2**31 - 1)])[0]
+    others = [other for other in kept_inputs if other is not input_set and alike(input_set, other)]
+    if others:
+        other = check.chooser.choice(others)
+    else:
+        other = check.conversation.make_inputs([check.chooser.randrange(1, 2**31 - 1)])[0]
     return mixed(input_set, other, check.chooser)
 
 

@@ -38,33 +38,38 @@ def swapped(input_set: InputSet, chooser: random.Random) -> InputSet:
     """A copy of `input_set` whose tensors' elements trade places in pairs (module docstring); its
     seed a fresh number from `chooser` (a call's seed names it, nothing more)."""
     generator = _generator(chooser)
-    return _copy(input_set, chooser, lambda values, _: _swap_pairs(values, generator, chooser))
+    return _copy(input_set, chooser, lambda values: _swap_pairs(values, generator, chooser))
+
+
+def alike(one: InputSet, other: InputSet) -> bool:
+    """Whether two input sets are laid out alike (the same nest, shapes and dtypes)."""
+    return other.spec == one.spec and len(other.packed) == len(one.packed)
 
 
 def mixed(input_set: InputSet, other: InputSet, chooser: random.Random) -> InputSet:
     """A copy of `input_set` whose tensors take part of their elements from `other`'s at the same
     places; swapped instead where the two sets are not laid out alike."""
-    if other.spec != input_set.spec or len(other.packed) != len(input_set.packed):
+    if not alike(input_set, other):
         return swapped(input_set, chooser)
     generator = _generator(chooser)
     sources = iter(_tensor_views(other.spec, bytearray(other.packed)))
-    return _copy(input_set, chooser, lambda values, _: _take_from(values, next(sources), generator, chooser))
+    return _copy(input_set, chooser, lambda values: _take_from(values, next(sources), generator, chooser))
 
 
 def _generator(chooser: random.Random) -> torch.Generator:
     return torch.Generator().manual_seed(chooser.randrange(2**63))
 
 
-def _copy(input_set: InputSet, chooser: random.Random,
-          change: Callable[[torch.Tensor, int], torch.Tensor]) -> InputSet:
+def _copy(input_set: InputSet, chooser: random.Random, change: Callable[[torch.Tensor], None]) -> InputSet:
+    """A copy of the set's bytes, `change` applied in place to each of its tensors (called for
+    every tensor, so that `mixed` stays in step with the other set's)."""
     buffer = bytearray(input_set.packed)
-    for index, tensor in enumerate(_tensor_views(input_set.spec, buffer)):
-        changed = change(tensor, index)  # called for every tensor, so `mixed` stays in step
-        if tensor.numel() >= 2:
-            if _symmetric(tensor):
-                upper = changed.triu()
-                changed = upper + upper.triu(1).mT
-            tensor.copy_(changed)
+    for tensor in _tensor_views(input_set.spec, buffer):
+        symmetric = _symmetric(tensor)
+        change(tensor)
+        if symmetric:
+            upper = tensor.triu()
+            tensor.copy_(upper + upper.triu(1).mT)
     return InputSet(seed=chooser.randrange(1, 2**31 - 1), spec=input_set.spec, digest="perturbed",
                     packed=bytes(buffer))
 
@@ -86,13 +91,13 @@ def _tensor_views(spec, buffer: bytearray) -> list[torch.Tensor]:
     return [flat.reshape(value["shape"])]
 
 
-def _swap_pairs(values: torch.Tensor, generator: torch.Generator, chooser: random.Random) -> torch.Tensor:
-    """`values` with part of its elements swapped in pairs: the flattened tensor is cut into runs
+def _swap_pairs(values: torch.Tensor, generator: torch.Generator, chooser: random.Random) -> None:
+    """Part of `values`' elements swapped in pairs, in place: the flattened tensor is cut into runs
     of a random length d, and each element of an even run trades places, with probability one
     half, with its partner d further on (neither in a kept region, both nonzero or both zero)."""
     if values.numel() < 2:
-        return values
-    flat = values.reshape(-1).clone()
+        return
+    flat = values.reshape(-1)
     distance = chooser.randrange(1, max(1, flat.numel() // 4) + 1)
     pairs = flat.numel() // (2 * distance)
     runs = flat[: pairs * 2 * distance].view(pairs, 2, distance)
@@ -100,20 +105,19 @@ def _swap_pairs(values: torch.Tensor, generator: torch.Generator, chooser: rando
     chosen = _chosen(first.shape, generator)
     kept = _kept_regions(flat.numel(), chooser)[: pairs * 2 * distance].view(pairs, 2, distance)
     chosen &= ~kept[:, 0] & ~kept[:, 1] & _same_zero_pattern(values.dtype, first, second)
-    runs[:, 0] = torch.where(chosen, second, first)
-    runs[:, 1] = torch.where(chosen, first, second)
-    return flat.reshape(values.shape)
+    torch.where(chosen, second, first, out=runs[:, 0])
+    torch.where(chosen, first, second, out=runs[:, 1])
 
 
 def _take_from(values: torch.Tensor, source: torch.Tensor, generator: torch.Generator,
-               chooser: random.Random) -> torch.Tensor:
-    """`values` with part of its elements taken from `source` at the same places."""
+               chooser: random.Random) -> None:
+    """Part of `values`' elements taken from `source` at the same places, in place."""
     if values.numel() < 2:
-        return values
+        return
     flat, other = values.reshape(-1), source.reshape(-1)
     chosen = _chosen(flat.shape, generator) & ~_kept_regions(flat.numel(), chooser)
     chosen &= _same_zero_pattern(values.dtype, flat, other)
-    return torch.where(chosen, other, flat).reshape(values.shape)
+    flat.copy_(torch.where(chosen, other, flat))
 
 
 def _chosen(shape, generator: torch.Generator) -> torch.Tensor:
