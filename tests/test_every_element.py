@@ -425,3 +425,23 @@ def test_copies_the_reference_refuses_are_not_judged(tmp_path):
     assert result.status == "correct", result.message
     detail = next(check.detail for check in result.checks if check.name == "every_element_counts")
     assert "the reference refused 4 of the copies" in detail
+
+
+def test_honest_kernels_that_rely_on_their_inputs_structure_pass():
+    """A kernel may rely on what the problem's inputs always are (KernelBench 13-15: symmetric and
+    triangular matrices): the copies keep that structure, so such a kernel follows the reference."""
+    def symmetric(generator):
+        a = torch.randn(512, 512, generator=generator)
+        return [(a + a.T) / 2, torch.randn(512, 512, generator=generator)]
+
+    def lower(generator):
+        return [torch.tril(torch.randn(512, 512, generator=generator)),
+                torch.tril(torch.randn(512, 512, generator=generator))]
+
+    cases = [
+        (symmetric, lambda a, b: a @ b, lambda a, b: a.mT @ b),  # reads A's transpose
+        (lower, lambda a, b: torch.tril(a @ b), lambda a, b: torch.tril(torch.tril(a) @ torch.tril(b))),
+    ]
+    for make, reference, candidate in cases:
+        close, finding = judge(reference, candidate, make)
+        assert close and finding is None, finding
