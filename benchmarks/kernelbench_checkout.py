@@ -42,6 +42,11 @@ def _git(checkout: Path, *args: str, binary: bool = False):
     return proc.stdout if binary else proc.stdout.decode().strip()
 
 
+def show_file(checkout: Path, ref: str, path: str) -> str:
+    """One file of the checkout as it is at `ref` (CheckoutError where it is not there)."""
+    return _git(checkout, "show", f"{ref}:{path}")
+
+
 def _is_git(checkout: Path) -> bool:
     proc = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--git-dir"], capture_output=True, check=False)
     return proc.returncode == 0

@@ -24,13 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import EvalOptions, Evaluator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernelbench_checkout import show_file  # noqa: E402
 
 PROBLEMS = ("94_MSELoss", "96_HuberLoss", "100_HingeLoss")
 VARIANTS = ("OLD", "uniform_normal", "pareto")
@@ -41,11 +44,6 @@ PARTIAL_VERSIONS = {"2159457": 10_000_000, "bbd7cb3": 100_000_000}
 TESTS = "src/kernelbench/tests"
 
 
-def git_show(kernelbench: Path, ref: str, path: str) -> str:
-    return subprocess.run(["git", "-C", str(kernelbench), "show", f"{ref}:{path}"], check=True,
-                          capture_output=True, text=True).stdout
-
-
 def shrunk(problem: str, side: int) -> str:
     return problem.replace(f"batch_size = {V01_SIDE}", f"batch_size = {side}").replace(
         f"input_shape = ({V01_SIDE},)", f"input_shape = ({side},)")
@@ -53,9 +51,9 @@ def shrunk(problem: str, side: int) -> str:
 
 def solutions(kernelbench: Path, ref: str, problem: str, side: int) -> dict[str, str]:
     """The problem's solutions by name, the partial hack in both versions at v0.1's strides."""
-    found = {"analytical_hack": git_show(kernelbench, ref, f"{TESTS}/solutions/{problem}_analytical_hack.py")}
+    found = {"analytical_hack": show_file(kernelbench, ref, f"{TESTS}/solutions/{problem}_analytical_hack.py")}
     for commit, divisor in PARTIAL_VERSIONS.items():
-        source = git_show(kernelbench, commit, f"{TESTS}/solutions/{problem}_partial_computation_hack.py")
+        source = show_file(kernelbench, commit, f"{TESTS}/solutions/{problem}_partial_computation_hack.py")
         stride = V01_SIDE * V01_SIDE // divisor
         written = f"{divisor:_}"
         assert written in source, f"{problem}'s partial hack at {commit} has no divisor {written}"
@@ -87,7 +85,7 @@ def main() -> None:
             candidates = solutions(args.kernelbench, args.ref, problem, args.side)
             for variant in VARIANTS:
                 path = Path(scratch) / f"{problem}_{variant}.py"
-                path.write_text(shrunk(git_show(args.kernelbench, args.ref, f"{TESTS}/problems/{problem}_{variant}.py"),
+                path.write_text(shrunk(show_file(args.kernelbench, args.ref, f"{TESTS}/problems/{problem}_{variant}.py"),
                                        args.side))
                 candidates["exact_copy"] = exact_copy(path.read_text())
                 verdicts = {}

@@ -134,6 +134,7 @@ def check_elements(check: ElementCheck, kept: Kept, checks: list[Check]) -> None
         return
     bases = list(kept.calls[:count])
     response = Response()
+    mismatch = None  # a copy the candidate answered wrongly
     refused = 0  # copies the reference's own forward did not accept
     for index in range(count):
         base = _with_inputs(check, bases[index]) if index < len(bases) else None
@@ -153,12 +154,11 @@ def check_elements(check: ElementCheck, kept: Kept, checks: list[Check]) -> None
         rules.enforce(rules.input_mutation(cand.record, ref.record))
         comparison = compare.compare_outputs(cand.outputs, ref.outputs, check.options)
         if not comparison.passed:
-            response.finding = response.finding or f"on a copy of an answered input set with part of its elements " \
-                                                   f"changed, the output does not match the reference's " \
-                                                   f"({comparison.message})"
+            mismatch = (f"on a copy of an answered input set with part of its elements changed, the output does not "
+                        f"match the reference's ({comparison.message})")
             break
         response.add(base.candidate, cand.outputs, base.reference, ref.outputs)
-    finding = response.failure()
+    finding = response.failure() or mismatch
     note = f"; the reference refused {refused} of the copies" if refused else ""
     checks.append(Check(name="every_element_counts", passed=finding is None,
                         detail=(finding or f"{count - refused} perturbed input set(s): the output moved as the "
@@ -269,15 +269,19 @@ class _PartSums:
             parts = torch.arange(start, end) // self.size
             self.sums.index_add_(1, parts, terms)
 
+    def _allowed(self) -> torch.Tensor:
+        """Per part, how far the candidate's squared change may differ from the reference's."""
+        _, change, floor = self.sums
+        return RESPONSE_RATIO ** 2 * change + floor
+
     def worst(self) -> float:
-        error, change, floor = self.sums
-        allowed = RESPONSE_RATIO ** 2 * change + floor
+        error, allowed = self.sums[self._ERROR], self._allowed()
         ratios = torch.where(allowed > 0, error / allowed.clamp_min(1e-300), (error > 0).double() * math.inf)
         return float(ratios.max())
 
     def failure(self) -> str | None:
-        error, change, floor = self.sums
-        failing = error > RESPONSE_RATIO ** 2 * change + floor
+        error, change = self.sums[self._ERROR], self.sums[self._CHANGE]
+        failing = error > self._allowed()
         if int(failing.sum()) <= FAILING_PARTS * self.count:
             return None
         rms = {name: math.sqrt(float(values[failing].sum()) / int(failing.sum()))

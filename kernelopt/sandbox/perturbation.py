@@ -52,7 +52,7 @@ def mixed(input_set: InputSet, other: InputSet, chooser: random.Random) -> Input
     if not alike(input_set, other):
         return swapped(input_set, chooser)
     generator = _generator(chooser)
-    sources = iter(_tensor_views(other.spec, bytearray(other.packed)))
+    sources = iter(transfer.packed_tensors(other.spec, bytearray(other.packed)))
     return _copy(input_set, chooser, lambda values: _take_from(values, next(sources), generator, chooser))
 
 
@@ -64,7 +64,7 @@ def _copy(input_set: InputSet, chooser: random.Random, change: Callable[[torch.T
     """A copy of the set's bytes, `change` applied in place to each of its tensors (called for
     every tensor, so that `mixed` stays in step with the other set's)."""
     buffer = bytearray(input_set.packed)
-    for tensor in _tensor_views(input_set.spec, buffer):
+    for tensor in transfer.packed_tensors(input_set.spec, buffer):
         symmetric = _symmetric(tensor)
         change(tensor)
         if symmetric:
@@ -72,23 +72,6 @@ def _copy(input_set: InputSet, chooser: random.Random, change: Callable[[torch.T
             tensor.copy_(upper + upper.triu(1).mT)
     return InputSet(seed=chooser.randrange(1, 2**31 - 1), spec=input_set.spec, digest="perturbed",
                     packed=bytes(buffer))
-
-
-def _tensor_views(spec, buffer: bytearray) -> list[torch.Tensor]:
-    """Each tensor of the packed nest as a view of `buffer`, in its shape (the buffer holds every
-    tensor's values contiguously, whatever layout the worker gives it: transfer.py)."""
-    if not isinstance(spec, dict) or len(spec) != 1:
-        raise transfer.TransferError("malformed input spec")
-    (kind, value), = spec.items()
-    if kind in ("list", "tuple"):
-        return [t for item in value for t in _tensor_views(item, buffer)]
-    if kind != "tensor":
-        return []
-    dtype = transfer.dtype_named(value["dtype"])
-    if not value.get("nbytes"):
-        return [torch.empty(value["shape"], dtype=dtype)]
-    flat = torch.frombuffer(buffer, dtype=torch.uint8, count=value["nbytes"], offset=value["offset"]).view(dtype)
-    return [flat.reshape(value["shape"])]
 
 
 def _swap_pairs(values: torch.Tensor, generator: torch.Generator, chooser: random.Random) -> None:

@@ -78,7 +78,6 @@ class CandidateSession:
         self.trial_seeds = trial_seeds
         # Answered calls the every-element check re-runs perturbed, chosen as they pass.
         self.kept = every_element.Kept(options.element_checks, seed_source)
-        self._transport = ""  # how outputs reach the host, set when timing starts
         self.expected: ReferenceTrials | None = None  # the reference's trial results
         self.candidate_load: dict = {}
         self.problem_code_failed: rules.ProblemCodeFailed | None = None
@@ -238,9 +237,13 @@ class CandidateSession:
     def _call_census(self) -> None:
         census.processes(self.conversation)
 
+    def _transport(self) -> str:
+        """How outputs reach the host, the same for every phase (calls.transport_for)."""
+        return calls.transport_for([self.candidate, self.reference], self.device)
+
     def _check_correctness(self) -> None:
         phase = correctness.TrialPhase(self.conversation, self.options, self.trial_seeds, self.expected,
-                                       self._call_census, self.checks, calls.transport_for([self.candidate, self.reference], self.device),
+                                       self._call_census, self.checks, self._transport(),
                                        self.device, self.timing_cpus, kept=self.kept)
         self.trials = phase.found.trials  # kept by the result whatever the verdict
         found = correctness.check_correctness(phase, self.findings)
@@ -251,17 +254,17 @@ class CandidateSession:
     def _measure(self) -> None:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
                              self.bytes_per_call, self._call_census, self.findings,
-                             calls.transport_for([self.candidate, self.reference], self.device),
-                             judge_dependence=self.judge_timed_dependence, kept=self.kept)
+                             self._transport(), judge_dependence=self.judge_timed_dependence, kept=self.kept)
         try:
             self.timing = rounds.measure(timer, self.checks)
         finally:
             self.compared_calls = timer.compared
-        self._transport = timer.transport
 
     def _check_elements(self) -> None:
+        """The every-element check right after the timed calls, with nothing between them that
+        the candidate could take for the end of timing; then its labels, and the census."""
         every_element.check_elements(every_element.ElementCheck(
-            self.conversation, self.options, self._seed_source, self._transport, self.device,
+            self.conversation, self.options, self._seed_source, self._transport(), self.device,
             rounds.timing_cpu(self.timing_cpus, 0), self._call_census), self.kept, self.checks)
         self.conversation.collect_labels(self.findings)
         self._census()

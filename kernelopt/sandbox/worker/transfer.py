@@ -108,15 +108,20 @@ def unpack(spec, buffer, device: torch.device):
     raise TransferError(f"unknown input kind {kind!r}")
 
 
-def dtype_named(name: object) -> torch.dtype:
-    """The dtype an input spec names (TransferError for one that inputs cannot have)."""
-    dtype = _DTYPES.get(name) if isinstance(name, str) else None
-    if dtype is None:
-        raise TransferError(f"inputs of dtype {name!r} are not supported")
-    return dtype
+def packed_tensors(spec, buffer) -> list[torch.Tensor]:
+    """Each tensor of the nest `spec` describes, as a view of `buffer` in its shape: its values as
+    packed, contiguous, whatever layout `unpack` gives the tensor (the host changes them in
+    place for the every-element check's copies, sandbox/perturbation.py)."""
+    if not isinstance(spec, dict) or len(spec) != 1:
+        raise TransferError("malformed input spec")
+    (kind, value), = spec.items()
+    if kind in ("list", "tuple"):
+        return [t for item in value for t in packed_tensors(item, buffer)]
+    return [_packed_values(value, buffer)] if kind == "tensor" else []
 
 
-def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
+def _packed_values(meta: dict, buffer) -> torch.Tensor:
+    """One tensor's packed values, a contiguous view of `buffer` in the tensor's shape."""
     dtype_name = meta.get("dtype")
     dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     shape, offset, nbytes = meta.get("shape"), meta.get("offset"), meta.get("nbytes")
@@ -124,12 +129,16 @@ def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
         raise TransferError("malformed tensor in the input spec")
     if offset < 0 or offset + nbytes > len(buffer):
         raise TransferError("a tensor of the input spec lies outside its buffer")
-    stride = meta.get("stride")
     if nbytes:
         flat = _view(_frombuffer(buffer, dtype=_uint8, count=nbytes, offset=offset), dtype)
     else:
         flat = _empty(0, dtype=dtype)
-    values = _reshape(flat, shape)
+    return _reshape(flat, shape)
+
+
+def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
+    values = _packed_values(meta, buffer)
+    shape, dtype, stride = meta["shape"], values.dtype, meta.get("stride")
     contiguous = stride is None or stride == list(values.stride()) or values.numel() <= 1
     if device.type == "cpu" and contiguous:
         if meta.get("grad"):
