@@ -36,7 +36,7 @@ ENV PATH=/opt/venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/s
 
 # The worker protocol this image speaks; the host refuses an image whose number differs from
 # kernelopt/sandbox/worker/wire.py's PROTOCOL_VERSION (tests/test_dockerfile.py keeps them equal).
-LABEL org.kernelopt.worker-protocol="3"
+LABEL org.kernelopt.worker-protocol="4"
 COPY kernelopt/sandbox/worker/ /opt/kernelopt/worker/
 
 # Candidates run as this unprivileged user; /scratch is where each job's directory is made.

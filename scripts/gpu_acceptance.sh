@@ -58,6 +58,12 @@ setup() {
 timing() {
   local p=.kb/kb/KernelBench/level1 copy=/tmp/copy_p1.py
   sed -E 's/\bModel\b/ModelNew/g' $p/1_Square_matrix_multiplication_.py > $copy
+  # The decisive trace (issue 42, item 1): every call of the exact 4096^2 matmul copy, per side,
+  # with the host's steps around each window (device slots: place, answer, freeze, take).
+  stamp "trace p1"
+  timeout -k 5 ${TRACE_CAP:-150} python3 benchmarks/call_trace.py --problem $p/1_Square_matrix_multiplication_.py \
+    --device cuda --timing-budget 2 --timeout 140 --json "$OUT/trace_p1.json" > "$OUT/trace_p1.txt" 2>&1
+  stamp "trace p1 rc=$?"; stop_leftovers
   stamp "eval p1"
   timeout -k 5 ${EVAL_CAP:-150} kernelopt eval --reference $p/1_Square_matrix_multiplication_.py --candidate $copy \
     --device cuda --timing-budget 2 --timeout 140 --json > "$OUT/eval_p1.json" 2>> "$OUT/progress.txt"
@@ -77,7 +83,7 @@ timing() {
 suite() {
   stamp "suite"
   timeout -s INT -k 20 ${SUITE_CAP:-300} python3 -m pytest -p no:cacheprovider -p live_report -n 6 -v --tb=short \
-    -m "gpu or cuda_build" tests/test_gpu.py tests/test_backends.py tests/test_baselines.py tests/test_bench_agent.py \
+    -m "gpu or cuda_build" tests/test_device_slots.py tests/test_gpu.py tests/test_backends.py tests/test_baselines.py tests/test_bench_agent.py \
     tests/test_cuda_build.py tests/test_doctor.py tests/test_gpu_busy.py tests/test_model.py tests/test_profile.py \
     tests/test_ray.py > "$OUT/suite.log" 2>&1
   stamp "suite rc=$?"; stop_leftovers

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import gc
 import itertools
+import os
 import random
 import secrets
 import shutil
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.sandbox import containment, isolation, scratch
+from kernelopt.sandbox import containment, device_slots, isolation, scratch
 from kernelopt.sandbox.calls import run_call, transport_for
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.fingerprints import Fingerprinter
@@ -97,6 +98,7 @@ class Evaluator:
         self._serials = itertools.count()
         self._root: Path | None = None
         self._starter: _WorkerStarter | None = None
+        self._keeper: device_slots.Keeper | None = None  # the device slots' keeper, where one is used
         self._reference: _WarmReference | None = None
         self._candidates: _CandidateWorkers | None = None
         self._closed = False
@@ -118,9 +120,10 @@ class Evaluator:
         if self._starter is not None:
             return
         self._root = scratch.make_root()
+        self._keeper = device_slots.start_keeper(self.device, self.backend.name)
         self._starter = _WorkerStarter(self.problem.source, self.backend, self.device,
                                        self.options.memory_limit or default_memory_limit(),
-                                       self._root, self.options.timeout)
+                                       self._root, self.options.timeout, self._keeper)
         self._reference = _WarmReference(self._starter)
         self._candidates = _CandidateWorkers(self._starter)
         self._candidates.restock()
@@ -143,6 +146,8 @@ class Evaluator:
             self._reference.discard()
         if self._starter is not None:
             self._starter.close()
+        if self._keeper is not None:
+            self._keeper.close()
         if self._root is not None and not self.options.keep_scratch:
             shutil.rmtree(self._root, ignore_errors=True)
         # The reference's trials (inputs and outputs) and the last session's data are held in
@@ -356,9 +361,9 @@ class _WorkerStarter:
     threads that load candidates ahead are short-lived."""
 
     def __init__(self, problem_source: str, backend: isolation.Backend, device: str, memory_limit: int,
-                 root: Path, timeout: float):
+                 root: Path, timeout: float, keeper: device_slots.Keeper | None = None):
         self.problem_source, self.backend, self.device = problem_source, backend, device
-        self.memory_limit, self.root, self.timeout = memory_limit, root, timeout
+        self.memory_limit, self.root, self.timeout, self.keeper = memory_limit, root, timeout, keeper
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelopt-workers")
 
     def launch(self, role: str, directory: Path) -> WorkerProcess:
@@ -367,7 +372,7 @@ class _WorkerStarter:
         scratch.mkdir(parents=True)
         (scratch / "problem.py").write_text(self.problem_source)
         return self._thread.submit(WorkerProcess, role, backend=self.backend, scratch=scratch,
-                                   device=self.device, memory_limit=self.memory_limit).result()
+                                   device=self.device, memory_limit=self.memory_limit, keeper=self.keeper).result()
 
     def close(self) -> None:
         """After every worker is closed: the starting thread may end."""
@@ -384,7 +389,31 @@ class _WorkerStarter:
         if hello.get("hello") != PROTOCOL_VERSION:
             worker.close()
             raise SandboxError(f"worker protocol {hello.get('hello')!r} != host protocol {PROTOCOL_VERSION}")
+        _open_device_slots(worker, self.timeout)
         worker.record_baseline()
+
+
+def _open_device_slots(worker: WorkerProcess, timeout: float) -> None:
+    """Map the worker's first device slots before any program code runs, and before its thread
+    baseline (mapping device memory starts the driver's threads). Where that fails (a driver or
+    sandbox that cannot share device memory), the worker goes without slots, and an evaluation
+    with it takes its outputs from the answers on both sides (calls.transport_for)."""
+    if worker.slots is None:
+        return
+    try:
+        message, fds = worker.slots.remake(1)
+        try:
+            worker.send_descriptors(fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        reply, _ = worker.request(message, time.monotonic() + timeout)
+        if not reply.get("ok"):
+            raise device_slots.KeeperError(str(reply.get("error")))
+    except (device_slots.KeeperError, SandboxError, WorkerDied, WorkerTimeout) as exc:
+        device_slots.log.warning("the %s worker goes without device slots: %s", worker.role, exc)
+        worker.slots.close()
+        worker.slots = None
 
 
 class _CandidateWorkers:

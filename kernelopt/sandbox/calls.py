@@ -29,6 +29,7 @@ the host reads them from memory.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -37,7 +38,8 @@ from pydantic import ValidationError
 
 from kernelopt.sandbox import rules
 from kernelopt.sandbox.conversation import Conversation
-from kernelopt.sandbox.process import WorkerProcess, host_memory_room
+from kernelopt.sandbox.device_slots import KeeperError, WorkerSlots
+from kernelopt.sandbox.process import SandboxError, WorkerProcess, host_memory_room
 from kernelopt.sandbox.process_memory import ProcessMemory, UnreadableMemory
 from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
 from kernelopt.sandbox.worker import commands
@@ -58,9 +60,12 @@ class Call:
 
 
 def transport_for(workers: list[WorkerProcess], device: str) -> str:
-    """How the workers' outputs reach the host (the same for both sides of an evaluation, so
-    their windows hold the same harness work): read from memory on a CPU where the host can
-    read every worker's, else sent in the answers."""
+    """How the workers' inputs and outputs travel (the same for both sides of an evaluation, so
+    their windows hold the same harness work): through device slots where a keeper made them
+    for every worker (a GPU: device_slots.py), read from memory on a CPU where the host can read
+    every worker's, else sent in the answers."""
+    if all(w is not None and w.slots is not None for w in workers):
+        return commands.DEVICE
     if device == "cpu" and all(w is not None and w.memory is not None and w.inputs is not None for w in workers):
         return commands.MEMORY
     return commands.FRAME
@@ -74,7 +79,9 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     host with what it placed there; the trials' input-mutation rule)."""
     if not worker.frozen:
         worker.freeze()  # every window starts from a frozen group: both sides wake the same way
-    placed = worker.place_inputs(input_set.packed, at)
+    slots = worker.slots if transport == commands.DEVICE else None
+    placing = time.perf_counter()
+    placed = _place(conversation, worker, slots, input_set, at)
     message = {**commands.call(input_set.seed, input_set.spec, transport=transport, pin_cpu=pin_cpu), **placed}
     cpu_clock = device == "cpu" and worker.cheap_cpu_clock
     cpu_before = worker.cpu_seconds() if cpu_clock else None
@@ -89,7 +96,18 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     cpu_after = worker.cpu_seconds() if cpu_clock else None
     waited_after = worker.runqueue_wait_ms() if cpu_clock else None
     parsed = _parse(conversation, worker, reply, input_set.seed)
-    wall_ms = ((frozen if transport == commands.MEMORY else answered) - began) * 1e3
+    end, device_inputs_held = frozen if transport == commands.MEMORY else answered, None
+    try:
+        if slots is not None:
+            check = (at, len(input_set.packed)) if check_inputs and placed else None
+            end, device_inputs_held = _take_from_slots(slots, parsed, blobs, check, end)
+        outputs, aliased = take_outputs(worker, parsed, blobs, transport)
+    except OutputsUnreadable as exc:
+        if worker is conversation.reference:
+            conversation.protocol_error(worker, f"readable outputs ({exc})")
+        rules.enforce(rules.unusable_outputs(exc))
+        raise
+    wall_ms = (end - began) * 1e3
     cpu_ms = (cpu_after - cpu_before) * 1e3 if cpu_before is not None and cpu_after is not None else None
     blocked_ms = None
     if cpu_ms is not None and waited_before is not None and waited_after is not None:
@@ -98,19 +116,15 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
         blocked_ms = max(0.0, (answered - began) * 1e3 - (waited_after - waited_before) - cpu_ms)
     else:
         cpu_ms = None  # without the blocked time the CPU clock would miss a call that sleeps: the wall decides
-    try:
-        outputs, aliased = take_outputs(worker, parsed, blobs, transport)
-    except OutputsUnreadable as exc:
-        if worker is conversation.reference:
-            conversation.protocol_error(worker, f"readable outputs ({exc})")
-        rules.enforce(rules.unusable_outputs(exc))
-        raise
     changed = check_inputs and worker.inputs is not None and bool(placed) and \
-        not worker.inputs.holds(input_set.packed, at)
+        (not worker.inputs.holds(input_set.packed, at) or device_inputs_held is False)
+    # Where the host's time around the window went (diagnostics: benchmarks/call_trace.py).
+    steps = {"place": began - placing, "answer": answered - began, "freeze": frozen - answered,
+             "take": end - frozen if end > frozen else 0.0}
     record = CallRecord(seed=input_set.seed, ms=cpu_ms if cpu_ms is not None else wall_ms, wall_ms=wall_ms,
                         cpu_ms=cpu_ms, blocked_ms=blocked_ms, meta=[(list(m[0]), m[1], m[2]) for m in parsed.meta],
                         structure=parsed.structure, aliases_input=aliased, inputs_changed=changed,
-                        input_bytes=len(input_set.packed))
+                        input_bytes=len(input_set.packed), steps_ms={k: v * 1e3 for k, v in steps.items()})
     return Call(record=record, outputs=outputs)
 
 
@@ -135,6 +149,8 @@ def take_outputs(worker: WorkerProcess, reply: CallReply, blobs: list[bytes],
     slot (an output that is a view of an input). Read from the frozen worker's memory where the
     answer names addresses, else from the answer's blobs."""
     layouts = [_layout(meta) for meta in reply.meta]
+    if reply.slot_spans is not None and worker.slots is not None:
+        return _from_slot(worker.slots, layouts, reply.slot_spans), reply.aliases_input
     if transport == commands.MEMORY:
         if worker.memory is None or reply.spans is None or len(reply.spans) != len(layouts):
             raise OutputsUnreadable("the answer does not say where every output is")
@@ -148,6 +164,90 @@ def take_outputs(worker: WorkerProcess, reply: CallReply, blobs: list[bytes],
             raise OutputsUnreadable(f"an output blob of {len(blob)} bytes for {numel} values of {dtype}")
         outputs.append(_from_bytes(blob, dtype, shape))
     return outputs, reply.aliases_input
+
+
+def _place(conversation: Conversation, worker: WorkerProcess, slots: WorkerSlots | None, input_set: InputSet,
+           at: int) -> dict:
+    """The call's inputs in the worker's input slot (and, with device slots, copied by the keeper
+    into its device input slot, remade first where they do not fit): what the call frame says
+    of where they are (empty: they travel as the frame's blob)."""
+    size = len(input_set.packed)
+    if slots is not None and slots.stale(at + size):  # the device slot mirrors the input slot's offsets
+        _remake_slots(conversation, worker, slots, at + size)
+    placed = worker.place_inputs(input_set.packed, at)
+    if slots is not None and placed:
+        _keeper(lambda: slots.place(at, size))
+    return placed
+
+
+def _take_from_slots(slots: WorkerSlots, reply: CallReply, blobs: list[bytes], check_inputs: tuple[int, int] | None,
+                     answered: float) -> tuple[float, bool | None]:
+    """With the worker frozen, the keeper copies the outputs its answer locates in the device
+    output slot out: the window ends when it has them (any work the worker left running on the
+    device is then either done or wrong in them). Outputs that did not fit came as blobs (the
+    window ends at the answer) and size the next call's slot. Also whether the device input slot
+    still held the inputs, when asked (None otherwise)."""
+    if reply.slot_spans is None:
+        # Sized by the bytes that came (the host holds them), not by what the answer claims.
+        slots.outputs_wanted = max(slots.outputs_wanted, sum(len(blob) for blob in blobs) + 256 * len(blobs))
+        return answered, None
+    _check_slot_spans(reply, slots.outputs_size)
+    return _keeper(lambda: slots.take(reply.slot_spans or [], check_inputs))
+
+
+def _check_slot_spans(reply: CallReply, slot_size: int) -> None:
+    """The answer's spans lie in the slot and match the outputs' shapes and dtypes (checked
+    before the keeper copies anything: the answer is the program's)."""
+    layouts = [_layout(meta) for meta in reply.meta]
+    spans = reply.slot_spans or []
+    if len(spans) != len(layouts):
+        raise OutputsUnreadable("the answer does not say where every output is")
+    for (shape, dtype), (offset, size) in zip(layouts, spans):
+        if size != math.prod(shape) * dtype.itemsize:
+            raise OutputsUnreadable("the bytes the answer gives an output do not match its shape and dtype")
+        if offset < 0 or offset + size > slot_size:
+            raise OutputsUnreadable(f"an output at bytes {offset}..{offset + size} of a {slot_size}-byte slot")
+
+
+def _from_slot(slots: WorkerSlots, layouts: list[tuple[list[int], torch.dtype]],
+               spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """The outputs the keeper copied, one after another, into the host's output buffer."""
+    sizes = [size for _, size in spans]
+    raw = slots.output_bytes(sum(sizes))
+    outputs, offset = [], 0
+    for (shape, dtype), size in zip(layouts, sizes):
+        outputs.append(_from_bytes(bytearray(raw[offset:offset + size]), dtype, shape))
+        offset += size
+    return outputs
+
+
+def _remake_slots(conversation: Conversation, worker: WorkerProcess, slots: WorkerSlots, input_bytes: int) -> None:
+    """New device slots for `worker` that fit this call (an exchange outside any window: no
+    call's inputs are in them yet), then the group frozen again. Slots the keeper cannot make
+    (the device is full) fail the candidate, whose memory fills it, or the run for the reference."""
+    try:
+        message, fds = slots.remake(input_bytes)
+    except KeeperError as exc:
+        if worker is conversation.reference:
+            raise SandboxError(f"the device slots' keeper failed: {exc}") from None
+        rules.enforce(rules.unusable_outputs(OutputsUnreadable(f"its device slots could not be made ({exc})")))
+        raise
+    try:
+        worker.send_descriptors(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    conversation.ask(worker, message)
+    worker.freeze()
+
+
+def _keeper(step):
+    """A step of the keeper's. Everything it is asked is checked first, so its failure is the
+    referee's own machinery failing, never a candidate's verdict."""
+    try:
+        return step()
+    except KeeperError as exc:
+        raise SandboxError(f"the device slots' keeper failed: {exc}") from None
 
 
 def _layout(meta: tuple[list[int], str, str]) -> tuple[list[int], torch.dtype]:
@@ -192,7 +292,7 @@ def _from_memory(memory: ProcessMemory, layouts: list[tuple[list[int], torch.dty
     return outputs, aliased
 
 
-def _from_bytes(blob: bytes, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+def _from_bytes(blob: bytes | bytearray, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
     if not blob:
         return torch.empty(shape, dtype=dtype)
     buffer = blob if isinstance(blob, bytearray) else bytearray(blob)  # host-owned and writable

@@ -16,6 +16,7 @@ import gc
 import mmap
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
+from kernelopt.sandbox.device_slots import Keeper, WorkerSlots
 from kernelopt.sandbox.process_memory import ProcessMemory
 from kernelopt.sandbox.device import ram_bytes
 from kernelopt.sandbox.sizes import parse_size
@@ -159,7 +161,7 @@ class WorkerTimeout(TimeoutError):
 
 class WorkerProcess:
     def __init__(self, role: str, backend: isolation.Backend, scratch: Path, device: str,
-                 memory_limit: int, max_reply_bytes: int = 16 << 30):
+                 memory_limit: int, max_reply_bytes: int = 16 << 30, keeper: Keeper | None = None):
         self.role = role
         self.scratch = scratch
         self.memory_limit = memory_limit
@@ -170,6 +172,8 @@ class WorkerProcess:
         self.log_path = scratch.parent / f"{role}.log"
         self.frozen = False  # the host froze the group (a call answered); the next send thaws it
         self.memory: ProcessMemory | None = None  # the worker's memory, opened at its hello
+        self.slots: WorkerSlots | None = None  # its device slots (device_slots.py), where a keeper makes them
+        self._fds: socket.socket | None = None  # where descriptors of device slots go to the worker
         cmd_read, self._cmd_write = os.pipe()
         self._out_read, out_write = os.pipe()
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
@@ -185,9 +189,11 @@ class WorkerProcess:
         else:
             assert self.inputs is not None  # every backend but docker has the slot
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
-            fds = (cmd_read, out_write, self.inputs.fd)
+            self._fds, fds_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            fds = (cmd_read, out_write, self.inputs.fd, fds_theirs.fileno())
             command = [sys.executable, "-E", "-s", "-c", boot, "--role", role,
-                       "--cmd-fd", str(cmd_read), "--out-fd", str(out_write), "--inputs-fd", str(self.inputs.fd)]
+                       "--cmd-fd", str(cmd_read), "--out-fd", str(out_write), "--inputs-fd", str(self.inputs.fd),
+                       "--fds-fd", str(fds_theirs.fileno())]
             command = isolation.wrap_command(backend, command, scratch, device, fds)
             self.contained = containment.for_worker(containment.current())
             if isinstance(self.contained, containment.Group):
@@ -203,6 +209,9 @@ class WorkerProcess:
                 self.contained.remove()
                 raise
             self.contained.attach(self.process.pid)
+            fds_theirs.close()
+            if keeper is not None:
+                self.slots = WorkerSlots(keeper, self.inputs.fd, self.inputs.size)
         os.close(cmd_read)
         os.close(out_write)
         os.set_blocking(self._cmd_write, False)  # sends wait with a deadline (see send)
@@ -236,6 +245,15 @@ class WorkerProcess:
         if self.inputs is not None and self.inputs.put(packed, at):
             return {"slot": len(packed), "at": at}
         return {}
+
+    def send_descriptors(self, fds: list[int]) -> None:
+        """Pass descriptors (device slots) to the worker, which takes them with the next frame."""
+        if self._fds is None:
+            raise SandboxError("this worker takes no descriptors")
+        try:
+            socket.send_fds(self._fds, [b"d"], fds)
+        except OSError:
+            raise self._death() from None
 
     def request(self, message: dict, deadline: float) -> tuple[dict, list[bytes]]:
         """Send a command; wait for its reply until `deadline` (time.monotonic)."""
@@ -427,6 +445,11 @@ class WorkerProcess:
             self.inputs.close()
         if self.memory is not None:
             self.memory.close()
+        if self.slots is not None:
+            self.slots.close()
+            self.slots = None
+        if self._fds is not None:
+            self._fds.close()
         self.contained.remove()
 
     def kill(self) -> None:

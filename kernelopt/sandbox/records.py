@@ -25,6 +25,8 @@ class CallReply(BaseModel):
     aliases_input: bool = False
     meta: list[tuple[list[int], str, str]]
     spans: list[tuple[int, list[int]]] | None = None  # commands.MEMORY: each output's address and strides
+    slot_spans: list[tuple[int, int]] | None = None  # commands.DEVICE: each output's offset and bytes in the slot
+    slot_bytes: int | None = None  # commands.DEVICE: what its outputs need, when they did not fit the slot
 
 
 @dataclass
@@ -43,6 +45,9 @@ class CallRecord:
     aliases_input: bool = False
     inputs_changed: bool = False  # the input slot no longer held what the host wrote
     input_bytes: int = 0
+    # The host's time around the call, ms: placing its inputs, thaw to answer, the freeze, and
+    # the keeper's take of its outputs (device slots; 0 elsewhere).
+    steps_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

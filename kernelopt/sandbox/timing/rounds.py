@@ -23,6 +23,7 @@ from kernelopt.sandbox.records import InputSet, Round, SideRound
 from kernelopt.sandbox.results import Check, EvalOptions, Timing
 from kernelopt.sandbox.timing import means, stats
 from kernelopt.sandbox.timing.stop import StopRule
+from kernelopt.sandbox.worker import commands
 
 ROUND_TARGET_S = 0.05  # aim for rounds of about this long, so interleaving stays fine-grained
 ROUND_WALL_TARGET_S = 0.15  # ... and for this much host time per worker and round, all included
@@ -99,10 +100,11 @@ def timing_phase(timer: Timer, checks: list[Check]) -> Timing:
     timed_round(timer, per_round, 1)
     round_s = per_round * harness_s * 2
     rounds = measured_rounds(timer, per_round, round_s)
-    return timing_result(rounds, per_round, timer.device, timer.bytes_per_call)
+    return timing_result(rounds, per_round, timer.device, timer.bytes_per_call, timer.transport)
 
 
-def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_call: int) -> Timing:
+def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_call: int,
+                  transport: str = commands.FRAME) -> Timing:
     """The speedup from each side's total time over all timed calls (its mean per call), never
     from a statistic one call can move; its interval from the rounds and the spread between
     worker processes (stats.calibrated_precision)."""
@@ -115,7 +117,7 @@ def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_ca
     cand_ms, ref_ms = statistics.fmean(cand_means), statistics.fmean(ref_means)
     wall_c = statistics.fmean(ms for side in cand for ms in side.wall_ms)
     wall_r = statistics.fmean(ms for side in ref for ms in side.wall_ms)
-    return Timing(method=clock_method(device, cand), reference=ref_stats, candidate=cand_stats, rounds=len(rounds),
+    return Timing(method=clock_method(device, cand, transport), reference=ref_stats, candidate=cand_stats, rounds=len(rounds),
                   calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                   wall_speedup=wall_r / wall_c if wall_c > 0 else None,
                   speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device,
@@ -123,14 +125,23 @@ def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_ca
                   reference_charge_ms=ref_ms - ref_stats.mean_ms)
 
 
-def clock_method(device: str, cand: list[SideRound]) -> str:
-    """Which of the host's clocks decided, in words (the same for both sides)."""
+_TRANSPORTS = {
+    commands.DEVICE: "; inputs placed in device slots and outputs taken from them by a trusted keeper while the "
+                     "worker is frozen, the window ending when the keeper has the outputs",
+    commands.MEMORY: "; outputs read from the frozen worker's memory",
+    commands.FRAME: "; outputs sent in the worker's answer, inside the window on both sides",
+}
+
+
+def clock_method(device: str, cand: list[SideRound], transport: str = commands.FRAME) -> str:
+    """Which of the host's clocks decided and how a call's data travelled, in words (the same
+    for both sides)."""
     cpu = all(len(side.cpu_ms) == len(side.ms) and side.cpu_ms == side.ms for side in cand)
     clock = ("the worker group's CPU time over each call's window (kernel accounting, read by the host while "
              "the group is frozen), plus the time the candidate's calls spent blocked beyond the reference's"
              if cpu else "the host's wall clock over each call's window")
     sync = "; device-wide synchronize before each answer" if device.startswith("cuda") else ""
-    return clock + sync + "; the same harness loop on both sides, nothing allowed or charged; disturbed " \
+    return clock + sync + _TRANSPORTS.get(transport, "") + "; the same harness loop on both sides, nothing allowed or charged; disturbed " \
                           "reference rounds capped"
 
 

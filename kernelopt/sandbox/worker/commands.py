@@ -12,6 +12,7 @@ in the input slot or as the frame's blob.
     labels   what the program built and changed, and the guard's findings (advisory)
     profile  the advisory profiling pass on one input set (after a correct verdict)
     ping     a warm worker shows that it is in step with the host
+    slots    map the device slots whose descriptors come beside the frame (sandbox/device_slots.py)
     quit     the worker exits
     built    the host's answer to a candidate's build request (sent while it loads)
 
@@ -25,11 +26,14 @@ through the referee's rules (sandbox/rules/).
 
 from __future__ import annotations
 
-LOAD, INPUTS, CALL, LABELS, PROFILE, PING, QUIT, BUILT = (
-    "load", "inputs", "call", "labels", "profile", "ping", "quit", "built")
+LOAD, INPUTS, CALL, LABELS, PROFILE, PING, SLOTS, QUIT, BUILT = (
+    "load", "inputs", "call", "labels", "profile", "ping", "slots", "quit", "built")
 # The commands a worker answers (quit ends it; built only answers a build request).
-COMMANDS = (LOAD, INPUTS, CALL, LABELS, PROFILE, PING)
-MEMORY, FRAME = "memory", "frame"  # a call's outputs: read by the host from memory, or sent as blobs
+COMMANDS = (LOAD, INPUTS, CALL, LABELS, PROFILE, PING, SLOTS)
+# How a call's inputs and outputs travel: the host reads the outputs from the frozen worker's
+# memory (MEMORY), they come as the answer's blobs (FRAME), or both lie in device slots that a
+# trusted keeper fills and empties while the worker is frozen (DEVICE).
+MEMORY, FRAME, DEVICE = "memory", "frame", "device"
 
 # What a worker's failure reply may say went wrong.
 COMPILE_ERROR, RUNTIME_ERROR, PROBLEM_ERROR = "compile_error", "runtime_error", "problem_error"
@@ -54,6 +58,11 @@ def call(seed: int, spec: object, *, transport: str = FRAME, pin_cpu: int | None
     """One call's window. Every call frame has the same keys, whether the host will compare the
     call in full or time it (it compares every one): its shape tells the program nothing."""
     return {"cmd": CALL, "seed": seed, "spec": spec, "transport": transport, "pin_cpu": pin_cpu}
+
+
+def slots(kind: str, inputs: int, outputs: int, device_index: int = 0) -> dict:
+    """Map the device slots (input, output) whose descriptors the host sends beside this frame."""
+    return {"cmd": SLOTS, "kind": kind, "inputs": inputs, "outputs": outputs, "device_index": device_index}
 
 
 def labels() -> dict:

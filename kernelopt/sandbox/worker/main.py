@@ -12,8 +12,9 @@ freezes the worker's group when the call has answered and reads the outputs itse
 say where its outputs are.
 
 Commands (JSON frames, see wire.py; defined once in commands.py): load, inputs (the reference
-only), call, labels, profile (after a verdict, advisory: worker/profiling.py), ping, quit; `serve`
-dispatches them through a table. Every reply carries "ok"; failures carry "kind" (compile_error,
+only), call, labels, profile (after a verdict, advisory: worker/profiling.py), ping, slots (map
+the device slots a trusted keeper made: sandbox/device_slots.py), quit; `serve` dispatches them
+through a table. Every reply carries "ok"; failures carry "kind" (compile_error,
 runtime_error, problem_error, bad_output, protocol) and "error".
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -80,6 +82,8 @@ class Worker:
         self.last_call: tuple = ()
         self.loads = 0
         self.inputs_map: mmap.mmap | None = None  # the host's input slot (shared memory), when it gave one
+        self.descriptors: socket.socket | None = None  # where the host passes the device slots' descriptors
+        self.device_slots: tuple = ()  # (input slot, output slot): device_memory.Mapping, once mapped
         self.load_message: dict = {}  # the last `load`, for the profiling pass's child process
         import torch
 
@@ -199,9 +203,13 @@ class Worker:
             except BaseException as exc:
                 raise self._run_failure(exc) from None
         self.last_call = (inputs, output)
+        transport = str(msg.get("transport"))
         try:
             with harness_only():
-                described, values = measure.describe_outputs(output, inputs, str(msg.get("transport")))
+                slot = self.device_slots[1] if transport == commands.DEVICE and self.device_slots else None
+                described, values = measure.describe_outputs(output, inputs, transport, slot)
+                if "slot_spans" in described and _synchronize is not None and _after_load(self.device).type == "cuda":
+                    _synchronize()  # the copies into the slot are done before the answer
         except measure.OutputError as exc:
             raise WorkerFailure("bad_output", str(exc)) from None
         return {"ok": True, "called": msg.get("seed"), **described}, values
@@ -212,8 +220,12 @@ class Worker:
         from . import transfer
 
         size, at = call.get("slot"), call.get("at", 0)
-        buffer: bytearray | memoryview
-        if size is None and len(blobs) == 1:
+        buffer: bytearray | memoryview | torch.Tensor
+        device_slot = self.device_slots[0] if call.get("transport") == commands.DEVICE and self.device_slots else None
+        if device_slot is not None and isinstance(size, int) and isinstance(at, int) and \
+                0 <= at and 0 <= size and at + size <= device_slot.size:
+            buffer = device_slot.tensor().narrow(0, at, size)  # the keeper placed them there
+        elif size is None and len(blobs) == 1:
             buffer = bytearray(blobs[0])
         elif (isinstance(size, int) and isinstance(at, int) and self.inputs_map is not None
               and 0 <= at and 0 <= size and at + size <= len(self.inputs_map)):
@@ -225,6 +237,32 @@ class Worker:
                 return transfer.unpack(call.get("spec"), buffer, _after_load(self.device))
         except transfer.TransferError as exc:
             raise WorkerFailure("protocol", str(exc)) from None
+
+    def slots(self, msg: dict) -> dict:
+        """Map the device slots whose descriptors the host sent beside this frame (input, then
+        output), in place of any mapped before."""
+        from . import device_memory
+
+        if self.descriptors is None:
+            raise WorkerFailure("protocol", "this worker has no descriptor channel")
+        _, fds, _, _ = socket.recv_fds(self.descriptors, 1, 2)
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            raise WorkerFailure("protocol", f"{len(fds)} descriptor(s) came with `slots`, not 2")
+        index = msg.get("device_index", 0)
+        if not isinstance(index, int):
+            raise WorkerFailure("protocol", "a device index that is not a number")
+        for old in self.device_slots:
+            old.close()
+        self.device_slots = ()
+        try:
+            with harness_only():
+                self.device_slots = tuple(device_memory.open_slot(str(msg.get("kind")), fd, int(msg[key]), index)
+                                          for fd, key in zip(fds, ("inputs", "outputs")))
+        except (device_memory.DeviceMemoryError, KeyError, TypeError, ValueError, OSError) as exc:
+            raise WorkerFailure("protocol", f"the device slots could not be mapped: {exc}") from None
+        return {"ok": True}
 
     def labels(self) -> dict:
         """What the program built and changed so far, and the guard's findings: labels for the
@@ -339,13 +377,16 @@ _HANDLERS = {
     commands.PROFILE: lambda worker, msg, blobs: (worker.profile(msg, blobs), []),
     # the host checks that a warm worker is in step with it
     commands.PING: lambda worker, msg, blobs: ({"ok": True, "pong": msg.get("token")}, []),
+    commands.SLOTS: lambda worker, msg, blobs: (worker.slots(msg), []),
 }
 
 
-def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None) -> None:
+def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None, fds_fd: int | None = None) -> None:
     harness_turn()
     reader = wire.FrameReader(cmd_fd)
     worker = Worker(role, reader, out_fd)
+    if fds_fd is not None:
+        worker.descriptors = socket.socket(fileno=fds_fd)
     if inputs_fd is not None:
         import mmap
 
@@ -399,6 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cmd-fd", type=int, required=True)
     parser.add_argument("--out-fd", type=int, required=True)
     parser.add_argument("--inputs-fd", type=int, default=None)
+    parser.add_argument("--fds-fd", type=int, default=None)
     args = parser.parse_args(argv)
     cmd_fd, out_fd = _channel_off_standard_streams(args.cmd_fd, args.out_fd)
     import torch  # (import before anything of the candidate's; binds torch's state)
@@ -408,5 +450,5 @@ def main(argv: list[str] | None = None) -> None:
     global _synchronize
     _synchronize = torch.cuda.synchronize
 
-    serve(args.role, cmd_fd, out_fd, args.inputs_fd)
+    serve(args.role, cmd_fd, out_fd, args.inputs_fd, args.fds_fd)
     os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks get no say

@@ -17,6 +17,7 @@ import random
 import torch
 
 _tensor_type = torch.Tensor
+_copy, _view, _reshape, _narrow = torch.Tensor.copy_, torch.Tensor.view, torch.Tensor.reshape, torch.Tensor.narrow
 _manual_seed = torch.manual_seed
 _random_seed = random.seed
 _numpy_seed: Callable[..., None] | None
@@ -138,13 +139,16 @@ def _digest_into(h, obj) -> None:
         h.update(f"V{type(obj).__name__}:{obj!r}".encode())
 
 
-def describe_outputs(output, inputs, transport: str) -> tuple[dict, list]:
+def describe_outputs(output, inputs, transport: str, slot=None) -> tuple[dict, list]:
     """What the host needs to take a call's outputs itself: their structure, each tensor's
     shape, dtype and device, and either where its values lie in this process's memory (MEMORY:
     the address of its first element and its strides, read by the host through /proc once the
-    group is frozen) or its values as the frame's blobs (FRAME: a container, a GPU). Whatever a
-    program makes this say, the host compares the values it reads, so a lie can only cost it."""
-    from .commands import MEMORY
+    group is frozen), where they were copied in the device output slot `slot` (DEVICE: offset
+    and bytes; the keeper copies them out once the group is frozen), or its values as the
+    frame's blobs (FRAME: a container; DEVICE when they do not fit the slot, with the bytes
+    they need). Whatever a program makes this say, the host compares the values it takes, so a
+    lie can only cost it."""
+    from .commands import DEVICE, MEMORY
     from .transfer import structure
 
     tensors = flatten_outputs(output)
@@ -153,7 +157,33 @@ def describe_outputs(output, inputs, transport: str) -> tuple[dict, list]:
     if transport == MEMORY:
         described["spans"] = [[t.data_ptr(), list(t.stride())] for t in tensors]
         return described, []
+    if transport == DEVICE:
+        needed = sum(_slot_extent(t) for t in tensors)
+        if slot is not None and needed <= slot.size:
+            described["slot_spans"] = _into_slot(tensors, slot.tensor())
+            return described, []
+        described["slot_bytes"] = needed
     return described, [_values(t) for t in tensors]
+
+
+_SLOT_ALIGN = 256  # every output starts where any dtype's view of the slot is aligned
+
+
+def _slot_extent(t: torch.Tensor) -> int:
+    nbytes = t.numel() * t.element_size()
+    return nbytes + (-nbytes) % _SLOT_ALIGN
+
+
+def _into_slot(tensors: list[torch.Tensor], slot: torch.Tensor) -> list[list[int]]:
+    """Copy each output, contiguous, into the device output slot: [offset, bytes] of each."""
+    spans, offset = [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if nbytes:
+            _copy(_reshape(_view(_narrow(slot, 0, offset, nbytes), t.dtype), t.shape), t.detach())
+        spans.append([offset, nbytes])
+        offset += _slot_extent(t)
+    return spans
 
 
 def _values(t: torch.Tensor):

@@ -26,6 +26,7 @@ _contiguous = torch.Tensor.contiguous
 _view = torch.Tensor.view
 _reshape = torch.Tensor.reshape
 _requires_grad = torch.Tensor.requires_grad_
+_narrow = torch.Tensor.narrow
 _SCALARS = (bool, int, float, str, type(None))
 _DTYPES = {str(d): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
@@ -90,9 +91,9 @@ def _non_overlapping_dense(t: torch.Tensor) -> bool:
 
 def unpack(spec, buffer, device: torch.device):
     """The input nest from `spec` over `buffer` (a writable buffer: the host's input slot, or
-    the bytes of a frame). A contiguous CPU tensor is a view of the buffer (the host writes
-    each call's inputs afresh, so nothing of another call is in it); any other tensor is a
-    fresh copy on `device`."""
+    the bytes of a frame; or a flat uint8 tensor: a device slot the keeper filled). A contiguous
+    tensor on the buffer's own device is a view of it (the host writes each call's inputs
+    afresh, so nothing of another call is in it); any other tensor is a fresh copy on `device`."""
     if not isinstance(spec, dict) or len(spec) != 1:
         raise TransferError("malformed input spec")
     (kind, value), = spec.items()
@@ -129,10 +130,13 @@ def _packed_values(meta: dict, buffer) -> torch.Tensor:
         raise TransferError("malformed tensor in the input spec")
     if offset < 0 or offset + nbytes > len(buffer):
         raise TransferError("a tensor of the input spec lies outside its buffer")
-    if nbytes:
-        flat = _view(_frombuffer(buffer, dtype=_uint8, count=nbytes, offset=offset), dtype)
+    on_device = type(buffer) is _tensor_type
+    if not nbytes:
+        flat = _empty(0, dtype=dtype, device=buffer.device if on_device else "cpu")
+    elif on_device:
+        flat = _view(_narrow(buffer, 0, offset, nbytes), dtype)
     else:
-        flat = _empty(0, dtype=dtype)
+        flat = _view(_frombuffer(buffer, dtype=_uint8, count=nbytes, offset=offset), dtype)
     return _reshape(flat, shape)
 
 
@@ -140,7 +144,7 @@ def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
     values = _packed_values(meta, buffer)
     shape, dtype, stride = meta["shape"], values.dtype, meta.get("stride")
     contiguous = stride is None or stride == list(values.stride()) or values.numel() <= 1
-    if device.type == "cpu" and contiguous:
+    if values.device.type == device.type and contiguous:
         if meta.get("grad"):
             _requires_grad(values, True)
         return values

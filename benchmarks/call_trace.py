@@ -1,0 +1,111 @@
+"""One evaluation, traced call by call: where each side's time went (issue 42's decisive trace).
+
+Evaluates a candidate (by default the problem's exact copy: `Model` renamed `ModelNew`) and
+prints, for every call of every phase (trials, timing rounds, the every-element check), the
+side, the time that decided (`ms`), the window's wall time, the group's CPU time where it was
+read, and the host's steps around the window: placing the inputs (into the device slots on a
+GPU), thaw to answer, the freeze, and the keeper's take of the outputs. Then per side the mean
+of the timed calls and of each step, the verdict's speedup and wall ratio, and the machine's
+load average and GPU compute processes before and after. An exact copy whose sides differ in
+one step names where a misreading lies. Usage:
+
+    .venv/bin/python benchmarks/call_trace.py --problem KB/level1/1_Square_matrix_multiplication_.py \\
+        [--candidate FILE] [--device cuda] [--timing-budget 2] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from kernelopt.kernelbench import load_problem
+from kernelopt.sandbox import EvalOptions, correctness, every_element, evaluate
+from kernelopt.sandbox.timing import rounds
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernelbench_identity import as_candidate  # noqa: E402
+
+STEPS = ("place", "answer", "freeze", "take")
+
+
+def traced(phases: dict) -> list[dict]:
+    """Wrap run_call where each phase calls it; every call's record lands in the returned list."""
+    calls: list[dict] = []
+    for phase, module in phases.items():
+        original = module.run_call
+
+        def wrapper(conversation, worker, input_set, *args, _original=original, _phase=phase, **kwargs):
+            call = _original(conversation, worker, input_set, *args, **kwargs)
+            record = call.record
+            calls.append({"phase": _phase, "side": worker.role, "seed": record.seed, "ms": record.ms,
+                          "wall_ms": record.wall_ms, "cpu_ms": record.cpu_ms, "steps_ms": record.steps_ms,
+                          "transport": kwargs.get("transport")})
+            return call
+
+        module.run_call = wrapper
+    return calls
+
+
+def machine_state() -> dict:
+    state: dict = {"loadavg": os.getloadavg()}
+    try:
+        state["gpu_processes"] = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        state["gpu_processes"] = None
+    return state
+
+
+def summary(calls: list[dict]) -> dict:
+    """Per side, the timed calls' mean time and each step's mean."""
+    out = {}
+    for side in ("reference", "candidate"):
+        timed = [c for c in calls if c["side"] == side and c["phase"] == "timing"]
+        if not timed:
+            continue
+        out[side] = {"calls": len(timed), "mean_ms": statistics.fmean(c["ms"] for c in timed),
+                     "mean_wall_ms": statistics.fmean(c["wall_ms"] for c in timed),
+                     **{f"mean_{step}_ms": statistics.fmean(c["steps_ms"].get(step, 0.0) for c in timed)
+                        for step in STEPS}}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problem", type=Path, required=True)
+    parser.add_argument("--candidate", type=Path, help="default: the problem's exact copy")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--timing-budget", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--json", type=Path, help="write the whole trace here")
+    args = parser.parse_args()
+    problem = load_problem(args.problem)
+    source = args.candidate.read_text() if args.candidate else as_candidate(args.problem.read_text())
+    calls = traced({"trials": correctness, "timing": rounds, "every_element": every_element})
+    before = machine_state()
+    result = evaluate(problem, source, EvalOptions(device=args.device, timing_budget=args.timing_budget,
+                                                   timeout=args.timeout))
+    after = machine_state()
+    print(f"{'phase':14} {'side':9} {'ms':>10} {'wall':>10} {'cpu':>10} " + " ".join(f"{s:>8}" for s in STEPS))
+    for c in calls:
+        cpu = f"{c['cpu_ms']:10.3f}" if c["cpu_ms"] is not None else f"{'-':>10}"
+        steps = " ".join(f"{c['steps_ms'].get(s, 0.0):8.3f}" for s in STEPS)
+        print(f"{c['phase']:14} {c['side']:9} {c['ms']:10.3f} {c['wall_ms']:10.3f} {cpu} {steps}")
+    sides = summary(calls)
+    timing = result.timing.model_dump() if result.timing else None
+    print(json.dumps({"status": result.status, "speedup": result.speedup, "message": result.message,
+                      "method": timing and timing.get("method"), "wall_speedup": timing and timing.get("wall_speedup"),
+                      "sides": sides, "before": before, "after": after}, indent=1, default=str))
+    if args.json:
+        args.json.write_text(json.dumps({"calls": calls, "result": result.model_dump(mode="json"), "sides": sides,
+                                         "before": before, "after": after}, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The keeper: a trusted process that owns the workers' device slots and moves data in and out.
+
+Started by the host (sandbox/device_slots.py), outside any sandbox, with the same boot as a
+worker but no program code: it only ever runs this file. It makes each worker's device slots
+(worker/device_memory.py) and sends their descriptors to the host, which passes them on to the
+worker. For every call it then does, with the worker frozen:
+
+    place  copy the call's packed inputs from the host's input slot (shared memory) into the
+           worker's device input slot, at the same offsets, and wait for the copy;
+    take   copy the outputs the worker's answer locates in its device output slot into the
+           keeper's own memory, wait for the copy and note the time (the end of the call's
+           window: any work the worker left running is either in the copy or wrong in it), then
+           copy them into the host's output buffer (shared memory) and, when asked, check that
+           the device input slot still holds what was placed.
+
+So on a GPU nothing the verdict uses comes from a copy the candidate's process made of its own
+outputs, and no per-call copy through host memory lies inside a window.
+
+Commands (JSON frames, wire.py; descriptors beside them on a unix socket): alloc, share, place,
+take, free, quit. Times are time.perf_counter (CLOCK_MONOTONIC on Linux: the host's clock too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+from . import device_memory, wire
+
+
+class Keeper:
+    def __init__(self, kind: str, device_index: int, fds: socket.socket):
+        import torch
+
+        self.torch, self.kind, self.device_index, self.fds = torch, kind, device_index, fds
+        if kind == device_memory.CUDA:
+            torch.cuda.set_device(device_index)
+            torch.cuda.init()
+        self.slots: dict[str, device_memory.Mapping] = {}  # device slots, by name
+        self.shared: dict[str, device_memory.Mapping] = {}  # the host's shared memory, by name
+        self.staging: Any = None  # the keeper's own copy of the last outputs taken (a uint8 tensor)
+
+    def alloc(self, msg: dict) -> dict:
+        mapping, fd = device_memory.allocate(self.kind, int(msg["size"]), self.device_index)
+        try:
+            socket.send_fds(self.fds, [b"s"], [fd])
+        finally:
+            os.close(fd)
+        self._drop(self.slots, msg["name"])
+        self.slots[msg["name"]] = mapping
+        return {"ok": True, "size": mapping.size}
+
+    def share(self, msg: dict) -> dict:
+        """Map a shared-memory file of the host's (an input slot, an output buffer)."""
+        _, fds, _, _ = socket.recv_fds(self.fds, 1, 1)
+        if len(fds) != 1:
+            raise ValueError("no descriptor came with `share`")
+        self._drop(self.shared, msg["name"])
+        self.shared[msg["name"]] = device_memory.open_slot(device_memory.HOST, fds[0], int(msg["size"]))
+        return {"ok": True}
+
+    def place(self, msg: dict) -> dict:
+        at, size = int(msg["at"]), int(msg["size"])
+        target = self.slots[msg["slot"]].tensor()[at:at + size]
+        target.copy_(self.shared[msg["source"]].tensor()[at:at + size])
+        self._wait()
+        return {"ok": True}
+
+    def take(self, msg: dict) -> dict:
+        slot = self.slots[msg["slot"]].tensor()
+        spans = [(int(offset), int(size)) for offset, size in msg["spans"]]
+        total = sum(size for _, size in spans)
+        if self.staging is None or self.staging.numel() < total:
+            self.staging = self.torch.empty(total, dtype=self.torch.uint8, device=slot.device)
+        placed = 0
+        for offset, size in spans:
+            self.staging[placed:placed + size].copy_(slot[offset:offset + size])
+            placed += size
+        self._wait()
+        taken_at = time.perf_counter()
+        self.shared[msg["dest"]].tensor()[:total].copy_(self.staging[:total])
+        reply = {"ok": True, "taken_at": taken_at}
+        check = msg.get("check_inputs")
+        if check:
+            at, size = int(check["at"]), int(check["size"])
+            placed_inputs = self.shared[check["source"]].tensor()[at:at + size]
+            now = self.slots[check["slot"]].tensor()[at:at + size]
+            reply["inputs_held"] = bool(self.torch.equal(now.cpu(), placed_inputs))
+        return reply
+
+    def free(self, msg: dict) -> dict:
+        for name in msg.get("names", []):
+            self._drop(self.slots, name)
+            self._drop(self.shared, name)
+        return {"ok": True}
+
+    def _wait(self) -> None:
+        if self.kind == device_memory.CUDA:
+            self.torch.cuda.synchronize(self.device_index)
+
+    @staticmethod
+    def _drop(table: dict, name: str) -> None:
+        mapping = table.pop(name, None)
+        if mapping is not None:
+            mapping.close()
+
+
+_HANDLERS = {"alloc": Keeper.alloc, "share": Keeper.share, "place": Keeper.place, "take": Keeper.take,
+             "free": Keeper.free}
+
+
+def serve(keeper: Keeper, cmd_fd: int, out_fd: int) -> None:
+    reader = wire.FrameReader(cmd_fd)
+    wire.write_frame(out_fd, {"ok": True, "hello": "keeper", "pid": os.getpid()})
+    while True:
+        try:
+            msg, _ = reader.read()
+        except wire.ChannelClosed:
+            return
+        handler = _HANDLERS.get(str(msg.get("cmd")))
+        if msg.get("cmd") == "quit":
+            return
+        try:
+            reply = handler(keeper, msg) if handler else {"ok": False, "error": f"unknown command {msg.get('cmd')!r}"}
+        except Exception as exc:  # noqa: BLE001 - every failure is the host's to report
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                     "trace": traceback.format_exc()[-2000:]}
+        wire.write_frame(out_fd, reply)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="kernelopt-keeper")
+    parser.add_argument("--cmd-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--fds-fd", type=int, required=True)
+    parser.add_argument("--kind", choices=[device_memory.CUDA, device_memory.HOST], required=True)
+    parser.add_argument("--device-index", type=int, default=0)
+    args = parser.parse_args(argv)
+    fds = socket.socket(fileno=args.fds_fd)
+    try:
+        keeper = Keeper(args.kind, args.device_index, fds)
+    except Exception as exc:  # noqa: BLE001 - told to the host, which then does without slots
+        wire.write_frame(args.out_fd, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    serve(keeper, args.cmd_fd, args.out_fd)
+    sys.stdout.flush()
