@@ -65,10 +65,26 @@ def test_human_readable_output(example):
     (["--reference", "examples/level1/1_ReLU.py", "--candidate", "examples/candidates/1_ReLU/relu_clamp.py",
       "--memory-limit", "lots"], "invalid size"),
 ])
-def test_unusable_input_exits_2_with_a_message_on_stderr(args, complaint):
+def test_unusable_input_exits_2_with_a_message_on_stderr_and_one_json_object(args, complaint):
     run = kernelopt("eval", *args, "--json")
     assert run.returncode == 2
-    assert complaint in run.stderr and run.stdout == ""
+    assert complaint in run.stderr
+    assert _one_json_failure(run.stdout, "bad_input", complaint)
+
+
+def _one_json_failure(stdout: str, kind: str, complaint: str) -> bool:
+    """stdout is exactly one JSON object saying the command failed, of `kind`, with `complaint`."""
+    failure = json.loads(stdout)  # one object: json.loads refuses anything after it
+    return failure["ok"] is False and failure["error"] == kind and complaint in failure["message"] and \
+        failure["exit_status"] == 2 and failure["command"] == "eval"
+
+
+def test_a_command_line_json_cannot_parse_still_gets_one_json_object():
+    run = kernelopt("eval", "--json", "--reference", "examples/level1/1_ReLU.py")
+    assert run.returncode == 2 and "--candidate" in run.stderr
+    assert _one_json_failure(run.stdout, "bad_input", "required")
+    plain = kernelopt("eval", "--reference", "examples/level1/1_ReLU.py")
+    assert plain.returncode == 2 and plain.stdout == ""  # without --json, stdout stays empty
 
 
 def test_broken_problem_exits_2_naming_the_file(tmp_path):
@@ -151,4 +167,4 @@ def test_batch_refuses_an_unusable_candidate_before_any_work(extra, complaint):
     run = kernelopt("eval", "--reference", "examples/level1/1_ReLU.py", "--candidate",
                     "examples/candidates/1_ReLU/relu_clamp.py", *extra, "--json")
     assert run.returncode == 2
-    assert complaint in run.stderr and run.stdout == ""
+    assert complaint in run.stderr and _one_json_failure(run.stdout, "bad_input", complaint)
