@@ -191,22 +191,27 @@ def test_without_an_endpoint_it_explains_and_shows_the_referee(monkeypatch, caps
     assert "fast.py" in err and "correct, speedup" in err
 
 
-def test_the_response_cache_replays_a_rerun_unless_disabled(endpoint, capsys, tmp_path):
+def test_a_rerun_asks_afresh_unless_told_to_reuse_answers_and_then_says_so(endpoint, capsys, tmp_path):
     store = tmp_path / "s.sqlite"
     with ScriptedLLMServer([NO_CODE]) as server:
         first = optimize(capsys, server, store, "--budget", "2")[1]
         after_first = len(server.requests)
-        second = optimize(capsys, server, store, "--budget", "2")[1]
-        after_second = len(server.requests)
-        optimize(capsys, server, store, "--budget", "2", "--no-cache")
-        after_third = len(server.requests)
+        fresh = optimize(capsys, server, store, "--budget", "2")[1]
+        after_fresh = len(server.requests)
+        _, reused, reused_err = optimize(capsys, server, store, "--budget", "2", "--reuse-answers")
+        after_reused = len(server.requests)
         texts = server.user_texts()
-    assert after_first == 2 and after_second == 2 and after_third == 4
-    assert second["run_id"] != first["run_id"] and second["llm_calls"] == 2
+    assert after_first == 2 and after_fresh == 4 and after_reused == 4
+    assert len({first["run_id"], fresh["run_id"], reused["run_id"]}) == 3 and reused["llm_calls"] == 2
     assert "verdict: format_error" in texts[1] and "ModelNew" in texts[1]   # fed back
-    sources = [r[0] for r in sqlite3.connect(store).execute(
-        "SELECT source FROM llm_calls WHERE run_id=? ORDER BY id", (second["run_id"],))]
-    assert sources == ["cache", "cache"]
+
+    def sources(run_id):
+        return [r[0] for r in sqlite3.connect(store).execute(
+            "SELECT source FROM llm_calls WHERE run_id=? ORDER BY id", (run_id,))]
+    assert sources(fresh["run_id"]) == ["endpoint", "endpoint"]
+    assert sources(reused["run_id"]) == ["cache", "cache"]
+    progress = [line for line in reused_err.splitlines() if line.startswith("[attempt")]
+    assert len(progress) == 2 and all("reused from an earlier run" in line for line in progress)
 
 
 def test_tree_search_expands_the_best_subtree(endpoint, capsys, tmp_path):

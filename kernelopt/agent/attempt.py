@@ -58,6 +58,7 @@ class Attempt:
     eval_error: str | None = None    # the evaluation itself could not run
     result: EvalResult | None = None
     duplicate: bool = False          # same code as an earlier candidate: judged once
+    answer_source: str | None = None  # where the LLM's answer came from: endpoint, run (resumed), cache
 
     @property
     def status(self) -> str:
@@ -294,6 +295,7 @@ class AttemptPipeline:
         except LLMCallError as exc:
             attempt.llm_error = str(exc)
             return
+        attempt.answer_source = call.source
         try:
             extracted = extract_code(call.content or "", self.prompts.backend)
             attempt.code, attempt.code_hash = extracted.code, code_hash(extracted.code)

@@ -31,7 +31,7 @@ class OptimizeConfig:
     eval_options: dict = field(default_factory=dict)       # EvalOptions fields
     llm_options: dict = field(default_factory=dict)        # LLMSettings fields
     price: list[float] | None = None                       # [input, output] $ per 1M tokens
-    use_cache: bool = True
+    use_cache: bool = False  # answers of earlier runs reused (--reuse-answers); a resumed run replays its own
     eval_workers: int = 1
     # Runs started over a problem set (`kernelopt bench`, `kernelopt generate`): where the
     # problem sits in it, {"level": L, "problem_id": N, "set": "<SET as given>"}; None otherwise.

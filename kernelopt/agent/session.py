@@ -246,7 +246,7 @@ class Session:
     @classmethod
     def open(cls, problem_path: str | Path, *, model: str, base_url: str | None = None, device: str = "auto",
              store: str | Path | None = None, api_key_env: str = "OPENAI_API_KEY", eval_options: dict | None = None,
-             llm_options: dict | None = None, use_cache: bool = True, backend: str | None = None,
+             llm_options: dict | None = None, use_cache: bool = False, backend: str | None = None,
              price: tuple[float, float] | None = None, check: bool = True, profile: bool | None = None) -> Session:
         """A new session (a new run in the store) on the problem file. `llm_options`: LLMSettings
         fields (temperature, max_tokens, concurrency, ...); `price`: dollars per million input

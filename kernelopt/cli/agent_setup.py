@@ -152,6 +152,8 @@ def apply_overrides(config, args, resuming: bool, strategy_options: dict | None 
               "evaluations": args.max_evals, "wall_seconds": args.max_wall,
               "target_speedup": args.target_speedup}
     config.limits.update({k: v for k, v in limits.items() if v is not None})
+    if args.reuse_answers:
+        config.use_cache = True
     if args.no_cache:
         config.use_cache = False
     if args.base_url:

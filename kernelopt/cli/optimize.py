@@ -107,7 +107,12 @@ class ProgressPrinter:
                 (attempt.result.message if attempt.result else "")
             what = attempt.status + (f": {first_line(detail)}" if detail else "")
         dup = " (duplicate, judged once)" if attempt.duplicate else ""
-        print(f"[attempt {attempt.index}{of} | best {best}] {what}{dup}", file=sys.stderr, flush=True)
+        replayed = _REPLAYED.get(attempt.answer_source or "", "")
+        print(f"[attempt {attempt.index}{of} | best {best}] {what}{dup}{replayed}", file=sys.stderr, flush=True)
+
+
+_REPLAYED = {"cache": " (answer reused from an earlier run: --reuse-answers)",
+             "run": " (answer replayed: the run is resumed)"}
 
 
 def explain_missing_endpoint(args) -> int:

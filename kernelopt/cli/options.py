@@ -208,8 +208,12 @@ def add_llm_options(p) -> None:
                      help="dollars per million input and output tokens (for cost records and --max-cost)")
     llm.add_argument("--price-table", default=os.environ.get("KERNELOPT_PRICES"), metavar="FILE",
                      help='JSON {"model": [IN, OUT]} of prices per million tokens (default: $KERNELOPT_PRICES)')
+    llm.add_argument("--reuse-answers", action="store_true",
+                     help="answer a request an earlier run sent the same way from that run's answer (reproducible "
+                          "reruns); by default every run asks the endpoint afresh, and only a resumed run replays "
+                          "its own answers")
     llm.add_argument("--no-cache", action="store_true",
-                     help="always ask the endpoint, even for a request answered before")
+                     help="ask the endpoint afresh (the default; kept for scripts written before --reuse-answers)")
 
 
 # problem sets: bench, baselines, generate, serve ---------------------------------------------------

@@ -140,7 +140,7 @@ def open_session(args, problem: str | None = None):
             raise UsageError(f"--model is required (the model's name at {base_url}), or set KERNELOPT_MODEL")
         return Session.open(problem, model=args.model, base_url=base_url, device=args.device,
                             store=args.store, api_key_env=args.api_key_env, eval_options=run_eval_settings(args),
-                            llm_options=llm_settings(args), use_cache=not args.no_cache, backend=args.backend,
+                            llm_options=llm_settings(args), use_cache=args.reuse_answers and not args.no_cache, backend=args.backend,
                             price=tuple(args.price) if args.price else price_from_table(args.price_table, args.model),
                             check=False)
     except SessionError as exc:
