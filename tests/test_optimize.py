@@ -304,3 +304,48 @@ def test_a_price_table_prices_the_calls_and_a_broken_one_is_an_input_error(endpo
     code = main(["optimize", str(PROBLEM), "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
                  "--max-cost", "1"])
     assert code == 2 and "--max-cost needs a price" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_within_two_seconds_and_prints_the_resume_command(endpoint, tmp_path):
+    """Ctrl-C while a candidate is being judged and the next LLM request is held by the server:
+    the command exits within 2 s (neither the evaluation nor the request is waited for), says
+    how to resume, leaves the run `interrupted` in the store, and --json still gets one object.
+    (Resuming a stopped run: test_a_killed_run_resumes_without_repeating_work.)"""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import KERNELOPT, optimize_environment
+
+    release = threading.Event()
+
+    def script(body, index):
+        if index == 0:
+            return answer(FAST)
+        release.wait(60)  # the second request hangs until the test is done with the first process
+        return answer(EQUAL)
+
+    store = tmp_path / "s.sqlite"
+    with ScriptedLLMServer(script) as server:
+        command = [KERNELOPT, "optimize", str(PROBLEM), "--model", "test-model", "--base-url", server.url,
+                   "--store", str(store), "--json", "--strategy", "best-of-n", "--budget", "2",
+                   "--device", "cpu", "--timing-budget", "30", "--correctness-trials", "2"]
+        process = subprocess.Popen(command, env=optimize_environment(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while len(server.requests) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.1)
+        time.sleep(3)  # the first candidate's evaluation is under way (30 s of timing)
+        interrupted = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+        took = time.monotonic() - interrupted
+        release.set()
+    assert process.returncode == 130, err[-2000:]
+    assert took < 2.0, f"took {took:.1f} s to stop"
+    (run_id,) = sqlite3.connect(store).execute("SELECT id FROM runs").fetchone()
+    assert f"kernelopt optimize --resume {run_id} --store {store}" in err
+    failure = json.loads(out)
+    assert failure["ok"] is False and failure["error"] == "interrupted" and run_id in failure["message"]
+    (status,) = sqlite3.connect(store).execute("SELECT status FROM runs").fetchone()
+    assert status == "interrupted"

@@ -136,11 +136,14 @@ class AttemptPipeline:
         self._llm_pool = ThreadPoolExecutor(max(1, self.settings.concurrency), thread_name_prefix="llm")
         self._eval_pool = ThreadPoolExecutor(max(1, run.config.eval_workers), thread_name_prefix="eval")
 
-    def close(self) -> None:
-        self._llm_pool.shutdown(wait=True, cancel_futures=True)
-        self._eval_pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, interrupted: bool = False) -> None:
+        """Wait for the calls and the evaluation in flight, then stop the judge. Interrupted:
+        wait for neither (what was judged is stored already; a resume sends and judges the rest
+        again), and stop the judge at once, which ends the evaluation in flight."""
+        self._llm_pool.shutdown(wait=not interrupted, cancel_futures=True)
+        self._eval_pool.shutdown(wait=not interrupted, cancel_futures=True)
         if self._owns_judge and self._warm_judge is not None:
-            self._warm_judge.close()
+            self._warm_judge.close(at_once=interrupted)
 
     def _evaluate(self, code: str) -> EvalResult:
         """Evaluations run on the one eval thread, so the judge is used sequentially."""

@@ -128,7 +128,7 @@ def run_search(run: SearchRun, out_dir: Path,
         budget.stop(error)
         raise
     finally:
-        pipeline.close()
+        pipeline.close(interrupted=status == "interrupted")
         if pipeline.fatal is not None:
             status, error = "failed", str(pipeline.fatal)
         summary = summarize(pipeline, run_id, config, run.problem, out_dir, time.monotonic() - started,

@@ -10,7 +10,18 @@ def main(argv: list[str] | None = None) -> int:
     this package does not build every command."""
     from kernelopt.cli.parser import main as run
 
-    return run(argv)
+    status = run(argv)
+    if argv is None and status == 130:
+        # The command line was interrupted (Ctrl-C) and has saved its state: exit now, without
+        # waiting at interpreter exit for a request still in flight to the LLM endpoint (its
+        # answer would be discarded; a resume sends it again).
+        import os
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 __all__ = ["main"]

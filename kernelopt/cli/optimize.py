@@ -8,6 +8,7 @@ unusable endpoint (nothing was started), 3 when the sandbox cannot run, 130 on C
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from kernelopt.cli.agent_setup import (
     stored_run,
     usage_errors,
 )
-from kernelopt.cli.errors import EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
+from kernelopt.cli.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError, failed
 from kernelopt.cli.text import first_line, summary_text
 
 
@@ -76,6 +77,10 @@ def run_optimize(args) -> int:
         outcome = run_search(run, out_dir, on_event=printer)
     except SandboxError as exc:
         raise EnvironmentFailure(str(exc)) from exc
+    except KeyboardInterrupt:
+        resume = f"kernelopt optimize --resume {run_id} --store {shlex.quote(str(store.path))}"
+        return failed(args, "interrupted", f"interrupted: run {run_id} is saved with what was judged; "
+                      f"resume it with\n  {resume}", f"interrupted; resume with: {resume}", EXIT_INTERRUPTED)
     outcome.summary.write(out_dir / "summary.json")
     summary = outcome.summary.to_json()
     if args.json:

@@ -308,7 +308,7 @@ class RemoteEvaluator:
         self._last_model = answer["device_model"]
         return answer["health"]
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
         pass  # the actor keeps its Evaluator warm for the next call on this problem
 
 

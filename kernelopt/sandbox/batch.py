@@ -135,15 +135,16 @@ class Evaluator:
             raise RuntimeError("the Evaluator is not started")
         return self._reference
 
-    def close(self) -> None:
-        """Stop every worker and remove the scratch directories (unless keep_scratch)."""
+    def close(self, at_once: bool = False) -> None:
+        """Stop every worker and remove the scratch directories (unless keep_scratch). At once:
+        kill them without asking them to quit (an interrupt; an evaluation in flight then fails)."""
         if self._closed:
             return
         self._closed = True
         if self._candidates is not None:
-            self._candidates.close()
+            self._candidates.close(at_once)
         if self._reference is not None:
-            self._reference.discard()
+            self._reference.discard(at_once)
         if self._starter is not None:
             self._starter.close()
         if self._keeper is not None:
@@ -455,12 +456,12 @@ class _CandidateWorkers:
     def _launch(self) -> WorkerProcess:
         return self._starter.launch("candidate", self._starter.root / f"candidate-{next(self._count):04d}")
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
         with self._lock:
             self._closed = True
             spare, self._spare = self._spare, None
         if spare is not None:
-            spare.close()
+            spare.close(ask=not at_once)
 
 
 class _WarmReference:
@@ -512,9 +513,9 @@ class _WarmReference:
             return False
         return isinstance(reply, dict) and reply.get("pong") == token
 
-    def discard(self) -> None:
+    def discard(self, at_once: bool = False) -> None:
         if self.worker is not None:
-            self.worker.close()
+            self.worker.close(ask=not at_once)
         self.worker, self._greeted = None, False
 
 

@@ -425,11 +425,11 @@ class WorkerProcess:
         except OSError:
             return ""
 
-    def close(self) -> None:
+    def close(self, ask: bool = True) -> None:
         """Ask the worker to quit, then make sure its whole tree is gone. A frozen worker is not
         asked (it could not read the request, and the host would wait out the timeout for each
-        candidate): its group is killed as it is."""
-        if self.process.poll() is None and not self.frozen:
+        candidate), nor one closed without `ask` (an interrupt): its group is killed as it is."""
+        if ask and self.process.poll() is None and not self.frozen:
             try:
                 wire.write_frame(self._cmd_write, commands.quit_(), deadline=time.monotonic() + 2.0)
                 self.process.wait(timeout=2.0)

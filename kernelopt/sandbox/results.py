@@ -332,7 +332,8 @@ class Judge(Protocol):
         """The device the candidates are timed on, as the prompt describes it."""
         ...
 
-    def close(self) -> None:
-        """Release what the judge holds: a local one's workers (it judges nothing after); a remote
-        one leaves its actor's Evaluator warm."""
+    def close(self, at_once: bool = False) -> None:
+        """Release what the judge holds: a local one's workers (it judges nothing after; at once:
+        killed without being asked to quit, on an interrupt); a remote one leaves its actor's
+        Evaluator warm."""
         ...
