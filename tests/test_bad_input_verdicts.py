@@ -157,3 +157,5 @@ def test_bad_candidate_verdict(name):
         # The candidate's own error must reach whoever reads the verdict.
         text = result.message + result.candidate_output
         assert "on purpose" in text or "no such kernel library" in text, describe(result)
+        # Its traceback names the candidate's lines, and none of the harness's own.
+        assert "candidate.py" in result.message and "sandbox/worker" not in result.message, result.message

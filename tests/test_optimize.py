@@ -253,12 +253,24 @@ def test_runs_list_and_show(endpoint, capsys, tmp_path):
     listed = json.loads(capsys.readouterr().out)["runs"]
     assert [r["run_id"] for r in listed] == [summary["run_id"]]
     assert listed[0]["best_speedup"] == pytest.approx(summary["best"]["speedup"])
+    assert main(["runs", "list", "--store", str(store)]) == 0
+    header, row = capsys.readouterr().out.splitlines()[-2:]  # not a terminal: plain lines, a header first
+    assert header.split()[:3] == ["run", "status", "problem"] and row.startswith(summary["run_id"])
     assert main(["runs", "show", summary["run_id"], "--store", str(store), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["run"]["status"] == "finished"
-    assert [c["status"] for c in shown["candidates"]] == ["correct"]
+    [candidate] = shown["candidates"]
+    assert candidate["status"] == "correct"
+    timing = candidate["timing"]
+    low, high = timing["speedup_interval"]
+    assert low < candidate["speedup"] < high and timing["reference_ms"] > 0 and timing["candidate_ms"] > 0
     assert main(["runs", "show", summary["run_id"], "--store", str(store)]) == 0
-    assert "correct" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert f"{candidate['speedup']:.3f}x +-" in text and "reference " in text
+    message = candidate["message"].splitlines()[0]
+    assert message in " ".join(text.split())  # wrapped, not cut
+    wrapped = [line for line in text.splitlines() if line.startswith(" " * 8) and line.strip() in message]
+    assert wrapped and all(len(line) <= 100 for line in wrapped)
     assert main(["runs", "show", "nope", "--store", str(store)]) == 2
 
 

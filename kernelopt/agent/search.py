@@ -47,6 +47,7 @@ class BestCandidate:
     candidate_ms: float | None
     optimization_kinds: list[str]
     flags: list[str]
+    speedup_precision: float | None = None  # the speedup's 95 % interval, relative half-width
 
 
 @dataclass
@@ -220,4 +221,5 @@ def write_best(best: Attempt | None, out_dir: Path) -> BestCandidate | None:
     path.write_text(code, encoding="utf-8")
     return BestCandidate(status=r.status, speedup=r.speedup, path=str(path), candidate_id=best.candidate_id,
                          attempt=best.index, reference_ms=r.reference_ms, candidate_ms=r.candidate_ms,
-                         optimization_kinds=r.optimization_kinds, flags=list(r.flags))
+                         optimization_kinds=r.optimization_kinds, flags=list(r.flags),
+                         speedup_precision=r.timing.speedup_precision if r.timing else None)

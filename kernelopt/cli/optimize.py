@@ -24,7 +24,7 @@ from kernelopt.cli.agent_setup import (
     usage_errors,
 )
 from kernelopt.cli.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError, failed
-from kernelopt.cli.text import first_line, summary_text
+from kernelopt.cli.text import first_line, speedup_with_interval, summary_text
 
 
 def add_command(commands) -> None:
@@ -106,7 +106,8 @@ class ProgressPrinter:
         of = f"/{self.budget}" if self.budget else ""
         best = f"{self.best:.3f}x" if self.best is not None else "-"
         if attempt.correct:
-            what = f"correct, speedup {attempt.score:.3f}x"
+            precision = attempt.result.timing.speedup_precision if attempt.result and attempt.result.timing else None
+            what = f"correct, speedup {speedup_with_interval(attempt.score, precision)}"
         else:
             detail = attempt.format_error or attempt.llm_error or attempt.eval_error or \
                 (attempt.result.message if attempt.result else "")

@@ -6,7 +6,7 @@ import json
 import textwrap
 
 from kernelopt.cli.errors import EXIT_OK, UsageError
-from kernelopt.cli.text import first_line, summary_text
+from kernelopt.cli.text import first_line, speedup_with_interval, summary_text
 
 
 def add_command(commands) -> None:
@@ -38,8 +38,10 @@ def run_runs_list(args) -> int:
         print(f"no runs in {store.path}")
         return EXIT_OK
     best = [f"{r['best_speedup']:.3f}x" if r["best_speedup"] is not None else "-" for r in runs]
-    lines = [f"{r['run_id']}  {r['status']:11s} {r['problem']:24s} {r['model']:24s} "
-             f"{r['strategy']:9s} best {b:>8s}  {r['llm_calls']} calls" for r, b in zip(runs, best)]
+    width = max(len(r["run_id"]) for r in runs)
+    header = f"{'run':{width}s}  {'status':11s} {'problem':24s} {'model':24s} {'strategy':9s} {'best':>13s}  LLM calls"
+    lines = [header] + [f"{r['run_id']:{width}s}  {r['status']:11s} {r['problem']:24s} {r['model']:24s} "
+                        f"{r['strategy']:9s} {b:>13s}  {r['llm_calls']}" for r, b in zip(runs, best)]
     rows = [(r["run_id"], r["status"], r["problem"], r["model"], r["strategy"], b, r["llm_calls"])
             for r, b in zip(runs, best)]
     print_table(("run", "status", "problem", "model", "strategy", "best", "LLM calls"), rows, lines,
@@ -66,9 +68,11 @@ def run_runs_show(args) -> int:
     candidates = [{k: c[k] for k in ("id", "parent_id", "llm_call_id", "code_hash", "status", "speedup",
                                      "message", "format_error", "strategy_data")}
                   for c in store.candidates(args.run_id)]
-    profiles = candidate_profiles(store, args.run_id)
+    verdicts = candidate_verdicts(store, args.run_id)
     for c in candidates:
-        c["profile"] = profiles.get(c["id"])
+        verdict = verdicts.get(c["id"]) or {}
+        c["profile"] = verdict.get("profile")
+        c["timing"] = timing_of(verdict, c["speedup"])
     calls = [{k: c[k] for k in ("id", "purpose", "occurrence", "prompt_tokens", "completion_tokens",
                                 "latency_s", "cost", "attempts", "source", "error")}
              for c in store.calls(args.run_id)]
@@ -86,9 +90,10 @@ def run_runs_show(args) -> int:
     print(f"\n{len(calls)} LLM calls, {len(candidates)} candidates:")
     for c in candidates:
         status = c["status"] or ("format_error" if c["format_error"] else "not evaluated")
-        speed = f"{c['speedup']:.3f}x" if c["speedup"] is not None else ""
-        note = first_line(c["message"] or c["format_error"] or "", 90)
-        print(f"  #{c['id']:<4d} parent {str(c['parent_id'] or '-'):>4s}  {status:14s} {speed:>9s}  {note}")
+        print(f"  #{c['id']:<4d} parent {str(c['parent_id'] or '-'):>4s}  {status:14s} {speedup_text(c)}")
+        note = first_line(c["message"] or c["format_error"] or "", limit=10_000)  # the verdict's sentence, whole
+        if note:
+            print(textwrap.fill(note, width=100, initial_indent=" " * 8, subsequent_indent=" " * 8))
         if c["profile"]:
             print(textwrap.indent(profile_table(c["profile"]), " " * 8))
     if tools:
@@ -100,14 +105,32 @@ def run_runs_show(args) -> int:
     return EXIT_OK
 
 
-def candidate_profiles(store, run_id: str) -> dict[int, dict]:
-    """Candidate id -> its verdict's profile (--profile; correct candidates only), as stored."""
-    found = {}
-    for row in store.candidates_with_calls(run_id):
-        verdict = json.loads(row["result"]) if row.get("result") else None
-        if verdict and verdict.get("profile"):
-            found[row["id"]] = verdict["profile"]
-    return found
+def candidate_verdicts(store, run_id: str) -> dict[int, dict]:
+    """Candidate id -> its stored verdict (the full EvalResult JSON), for the judged ones."""
+    return {row["id"]: json.loads(row["result"]) for row in store.candidates_with_calls(run_id) if row.get("result")}
+
+
+def timing_of(verdict: dict, speedup: float | None) -> dict | None:
+    """A judged candidate's times and the speedup's 95 % interval, from its verdict."""
+    timing = verdict.get("timing")
+    if not timing:
+        return None
+    precision = timing.get("speedup_precision")
+    interval = [speedup * (1 - precision), speedup * (1 + precision)] if speedup and precision is not None else None
+    return {"reference_ms": timing.get("reference_ms"), "candidate_ms": timing.get("candidate_ms"),
+            "speedup_precision": precision, "speedup_interval": interval, "wall_speedup": timing.get("wall_speedup"),
+            "method": timing.get("method")}
+
+
+def speedup_text(candidate: dict) -> str:
+    """`1.234x +-5.0% (ref 1.20 ms, cand 0.97 ms)`, or '' for a candidate without a speedup."""
+    speedup, timing = candidate["speedup"], candidate.get("timing") or {}
+    if speedup is None:
+        return ""
+    text = speedup_with_interval(speedup, timing.get("speedup_precision"))
+    if timing.get("reference_ms") is not None and timing.get("candidate_ms") is not None:
+        text += f" (reference {timing['reference_ms']:.3g} ms, candidate {timing['candidate_ms']:.3g} ms)"
+    return text
 
 
 def profile_table(profile: dict) -> str:

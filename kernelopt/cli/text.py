@@ -15,6 +15,11 @@ def first_line(text: str, limit: int = 120) -> str:
     return line[:limit] + ("..." if len(line) > limit else "")
 
 
+def speedup_with_interval(speedup: float, precision: float | None) -> str:
+    """`7.546x +-8.8%` (the 95 % interval's relative half-width), or `7.546x` where none is known."""
+    return f"{speedup:.3f}x" + (f" +-{100 * precision:.1f}%" if precision is not None else "")
+
+
 def progress(line: str) -> None:
     """A progress line on stderr, at once (stdout is kept for the result)."""
     print(line, file=sys.stderr, flush=True)
@@ -25,7 +30,7 @@ def summary_text(summary: dict) -> str:
     best = summary["best"]
     lines = [f"run {summary['run_id']} {summary['status']}: {summary['stop_reason']}"]
     if best:
-        lines.append(f"best: attempt {best['attempt']}, speedup {best['speedup']:.3f}x "
+        lines.append(f"best: attempt {best['attempt']}, speedup {speedup_with_interval(best['speedup'], best.get('speedup_precision'))} "
                      f"({', '.join(best['optimization_kinds']) or 'kind unknown'}) -> {best['path']}")
     else:
         lines.append("best: no correct candidate")

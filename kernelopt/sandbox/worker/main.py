@@ -362,9 +362,15 @@ def _exec_module(name: str, path: str) -> ModuleType:
     return module
 
 
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
 def _describe(exc: BaseException) -> str:
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    tail = "".join(lines[-6:])
+    """The exception in one line, then the last frames of its traceback that are not the
+    harness's own (the program's, and the libraries it called): what its author can act on."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_HARNESS_DIR + os.sep)]
+    tail = "".join(traceback.format_list(frames[-5:]) + traceback.format_exception_only(type(exc), exc))
     return f"{type(exc).__name__}: {exc}".strip()[:2000] + "\n" + tail[-3000:]
 
 
