@@ -63,11 +63,15 @@ JUDGING_FIELDS = ("device", "timeout", "memory_limit", "correctness_trials", "el
 # its device is chosen once for the whole run, apart from these.
 RUN_EVAL_FIELDS = ("timeout", "timing_budget", "correctness_trials", "isolation", "image", "build_mode", "profile")
 
+# What an option means for an agent run beyond a single evaluation.
+RUN_NOTES = {"profile": "; on by default with the refine, tree and evolve strategies, which show the model "
+                        "the profile in their next prompts"}
+
 FIELD_DEFAULT = object()  # add_field_option's `default` when the field's own applies
 
 
 def add_field_option(group, name: str, *, flags: tuple[str, ...] = (), default: Any = FIELD_DEFAULT,
-                     unset: bool = False) -> None:
+                     unset: bool = False, note: str = "") -> None:
     """The option that sets EvalOptions field `name` (dest: the field's name). `default` replaces
     the field's for a command with other needs; `unset` leaves the option None when it is not
     given, so that a stored run's settings or EvalOptions' default apply (the help names the latter)."""
@@ -77,12 +81,12 @@ def add_field_option(group, name: str, *, flags: tuple[str, ...] = (), default: 
     if field.annotation is bool:  # --name / --no-name
         group.add_argument(*(flags or spelling.flags or (flag_of(name),)), dest=name,
                            action=argparse.BooleanOptionalAction, default=None if unset else value,
-                           help=help_text(field.description, None if unset else value))
+                           help=help_text(field.description, None if unset else value) + note)
         return
     kind, choices = argument_kind(field.annotation)
     group.add_argument(*(flags or spelling.flags or (flag_of(name),)), dest=name, type=spelling.type or kind,
                        choices=choices, default=None if unset else value, metavar=spelling.metavar,
-                       help=help_text(field.description, value))
+                       help=help_text(field.description, value) + note)
 
 
 def flag_of(name: str) -> str:
@@ -134,7 +138,8 @@ def add_run_eval_options(p, timeout_flags: tuple[str, ...] = ("--eval-timeout",)
                     help="kernel language asked for: load_inline CUDA, CuPy (NVRTC), Triton or C++ "
                          "(default auto: cuda on GPUs, cpp on CPU)")
     for name in RUN_EVAL_FIELDS:
-        add_field_option(ev, name, flags=timeout_flags if name == "timeout" else (), unset=True)
+        add_field_option(ev, name, flags=timeout_flags if name == "timeout" else (), unset=True,
+                         note=RUN_NOTES.get(name, ""))
 
 
 def run_eval_settings(args) -> dict:
@@ -195,8 +200,10 @@ def add_budget_options(p, title: str) -> None:
 
 def add_llm_options(p) -> None:
     llm = p.add_argument_group("LLM requests")
-    llm.add_argument("--temperature", type=float, default=None)
-    llm.add_argument("--top-p", type=float, default=None)
+    llm.add_argument("--temperature", type=float, default=None,
+                     help="sampling temperature sent with every request (default: the endpoint's)")
+    llm.add_argument("--top-p", type=float, default=None,
+                     help="nucleus sampling's top_p sent with every request (default: the endpoint's)")
     llm.add_argument("--max-tokens", type=int, default=None, help="completion tokens per call")
     llm.add_argument("--max-completion-tokens", type=int, default=None, help="for reasoning models")
     llm.add_argument("--reasoning-effort", default=None, help="for reasoning models: low, medium, high")

@@ -14,9 +14,10 @@ def add_command(commands) -> None:
     sub = p.add_subparsers(dest="runs_command", required=True)
     ls = sub.add_parser("list", help="one line per run")
     show = sub.add_parser("show", help="a run's settings, summary and candidates")
-    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("run_id", metavar="RUN_ID", help="the run's id (`runs list` shows them)")
     for q in (ls, show):
-        q.add_argument("--store", default=None, metavar="PATH")
+        q.add_argument("--store", default=None, metavar="PATH",
+                       help="the run store (default $KERNELOPT_STORE, else kernelopt-runs/store.sqlite)")
         q.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     ls.set_defaults(handler=run_runs_list)
     show.set_defaults(handler=run_runs_show)

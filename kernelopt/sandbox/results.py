@@ -88,8 +88,7 @@ class EvalOptions(BaseModel):
     # Profile-guided feedback (sandbox/profiling.py): advisory, never part of the verdict.
     profile: bool = Field(False, description="after a correct verdict, profile both sides once outside the timed "
                                              "calls (time share per kernel or op, roofline); advisory, see "
-                                             "docs/referee.md; agent runs: on by default with the refine, tree "
-                                             "and evolve strategies")
+                                             "docs/referee.md")
 
     def effective_max_rel_error(self) -> float:
         return self.max_rel_error if self.max_rel_error is not None else max(self.rtol, 1e-3)
