@@ -266,7 +266,7 @@ def test_verl_parquet_has_verls_columns_and_types(store, capsys, tmp_path, rows)
 def test_verl_without_pyarrow_says_what_to_install(store, capsys, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)     # `import pyarrow` now fails
     code, report, err = export(capsys, store, "verl", tmp_path / "train.parquet")
-    assert code == 2 and report is None
+    assert code == 2 and report["ok"] is False and "kernelopt[hf]" in report["message"]  # --json's failure object
     assert "pip install 'kernelopt[hf]'" in err
     assert not (tmp_path / "train.parquet").exists()
 
@@ -284,7 +284,7 @@ def test_verl_without_pyarrow_says_what_to_install(store, capsys, tmp_path, monk
 def test_bad_settings_exit_2_with_a_clear_message(store, capsys, tmp_path, args, expected):
     code = main(["export", "--store", str(store), "--out", str(tmp_path / "x.jsonl"), "--json", *args])
     out, err = capsys.readouterr()
-    assert code == 2 and out == ""
+    assert code == 2 and json.loads(out)["error"] == "bad_input"  # --json: one object, failures included
     assert expected in err and err.startswith("kernelopt export: error:")
     assert not (tmp_path / "x.jsonl").exists()
 

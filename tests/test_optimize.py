@@ -134,7 +134,7 @@ def test_a_rejected_key_stops_before_any_work(monkeypatch, capsys, tmp_path):
     with ScriptedLLMServer([answer(FAST)], api_key="right-key") as server:
         code, summary, err = optimize(capsys, server, tmp_path / "s.sqlite")
         assert server.answered() == 0
-    assert code == 2 and summary is None
+    assert code == 2 and summary["ok"] is False and summary["error"] == "bad_input"  # --json's failure object
     assert "rejected the API key" in err and "OPENAI_API_KEY" in err
     assert main(["runs", "list", "--store", str(tmp_path / "s.sqlite"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runs"] == []
@@ -312,7 +312,7 @@ def test_a_price_table_prices_the_calls_and_a_broken_one_is_an_input_error(endpo
         assert code == 0 and summary["llm_calls"] == 2 and summary["cost"] == pytest.approx(2.0)
         table.write_text("[1, 2]")
         code, summary, err = optimize(capsys, server, tmp_path / "s.sqlite", "--price-table", str(table))
-    assert code == 2 and summary is None and "price table" in err
+    assert code == 2 and summary["ok"] is False and "price table" in err
     code = main(["optimize", str(PROBLEM), "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
                  "--max-cost", "1"])
     assert code == 2 and "--max-cost needs a price" in capsys.readouterr().err

@@ -335,7 +335,7 @@ def test_an_agent_run_plots_the_best_speedup_against_llm_calls(agent_run, capsys
 
 def test_folders_that_are_not_finished_bench_runs_are_usage_errors(tmp_path, capsys, solutions_run):
     code, out, err = report(capsys, tmp_path / "nowhere")
-    assert code == 2 and out == "" and "not a folder" in err
+    assert code == 2 and json.loads(out)["error"] == "bad_input" and "not a folder" in err
     empty = tmp_path / "empty"
     empty.mkdir()
     code, _, err = report(capsys, empty)
@@ -354,7 +354,7 @@ def test_folders_that_are_not_finished_bench_runs_are_usage_errors(tmp_path, cap
                          (json.dumps(summary).replace('"fast_0": 0.5', '"fast_0": NaN', 1), "NaN")]:
         (folder / "summary.json").write_text(damage)
         code, out, err = report(capsys, folder)
-        assert code == 2 and out == "", damage
+        assert code == 2 and json.loads(out)["error"] == "bad_input", damage
         assert says in err and "rerun the bench command with the same --out" in err, err
     assert not (folder / "report.html").exists()
 

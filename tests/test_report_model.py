@@ -90,5 +90,5 @@ def test_a_damaged_model_report_is_a_usage_error(tmp_path, capsys):
                          (json.dumps({**data, "spots": [{"module": "a"}]}), "spots[0] lacks")]:
         (folder / "report.json").write_text(damage)
         code, out, err = report(capsys, folder)
-        assert code == 2 and out == "" and says in err and "--resume" in err, err
+        assert code == 2 and json.loads(out)["error"] == "bad_input" and says in err and "--resume" in err, err
     assert not (folder / "report.html").exists()

@@ -28,6 +28,7 @@ from kernelopt.agent.config import SearchRun
 from kernelopt.agent.llm import LLMCallError, LLMConfigError, request_key
 from kernelopt.kernelbench.completion import FormatError, extract_code
 from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, profile_text, short_error
+from kernelopt.agent.selection import confirmed, conservative_speedup
 from kernelopt.agent.store import LLMCallRecord
 from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import EvalOptions, EvalResult
@@ -81,6 +82,13 @@ class Attempt:
         return float(r.speedup or 0.0) if r is not None and r.correct else 0.0
 
     @property
+    def rank(self) -> float:
+        """What the search ranks candidates by: the lower end of a correct candidate's 95 %
+        speedup interval (its speedup where no interval is known), 0 for anything else. A
+        candidate does not lead on a lucky reading alone (conservative_speedup)."""
+        return conservative_speedup(self.result) if self.result is not None and self.correct else 0.0
+
+    @property
     def feedback(self) -> str:
         if self.format_error:
             return format_error_feedback(self.format_error)
@@ -132,6 +140,7 @@ class AttemptPipeline:
         self.fatal: Exception | None = None
         self._occurrences: Counter[str] = Counter()
         self._evaluations: dict[str, Future] = {}
+        self._leading = 0.0  # the conservative speedup of the best verdict so far (selection.py)
         self._lock = threading.Lock()
         self._llm_pool = ThreadPoolExecutor(max(1, self.settings.concurrency), thread_name_prefix="llm")
         self._eval_pool = ThreadPoolExecutor(max(1, run.config.eval_workers), thread_name_prefix="eval")
@@ -251,7 +260,7 @@ class AttemptPipeline:
 
     def best(self) -> Attempt | None:
         correct = [a for a in self.attempts if a.correct]
-        return max(correct, key=lambda a: (a.score, -a.index)) if correct else None
+        return max(correct, key=lambda a: (a.rank, -a.index)) if correct else None
 
     def judged(self) -> list[Attempt]:
         """Attempts with a response (code or a format error), in order: what prompts can cite."""
@@ -362,20 +371,29 @@ class AttemptPipeline:
             stored = self.store.find_evaluation(self.run_id, digest)
             if stored is not None:
                 future: Future = Future()
-                future.set_result(EvalResult.model_validate_json(stored))
+                replayed = EvalResult.model_validate_json(stored)
+                self._leading = max(self._leading, conservative_speedup(replayed))
+                future.set_result(replayed)
             else:
                 future = self._eval_pool.submit(self._judge, code, digest)
             self._evaluations[digest] = future
             return future
 
     def _judge(self, code: str, digest: str) -> EvalResult | None:
+        """The verdict for new code. One that would take the lead is judged again at once and
+        keeps the lower of its two readings: the best of many noisy readings is biased upward
+        (the winner's curse), and a leader crowned on one lucky reading would steer the search."""
         if self.fatal:
             return None
         try:
             result = self._evaluate(code)
+            if result.correct and conservative_speedup(result) > self._leading:
+                result = confirmed(result, self._evaluate(code))
         except FATAL_EVAL_ERRORS as exc:
             self._fail(exc)
             return None
+        if result.correct:
+            self._leading = max(self._leading, conservative_speedup(result))
         self.store.add_evaluation(self.run_id, digest, result)
         return result
 

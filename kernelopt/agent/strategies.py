@@ -18,6 +18,9 @@ resumed run replays the same decisions (see attempt.py).
   its own feedback only (for datasets: `kernelopt generate`); the chains advance in lockstep.
 - agent: one tool-calling conversation per round (conversation.py), the referee behind its tools.
 
+Every strategy orders candidates by `Attempt.rank`, the lower end of a speedup's 95 % interval
+(agent/selection.py), not by the speedup's point reading: a lucky reading does not lead.
+
 This module imports nothing heavy (the attempt pipeline only for type checking), so the command
 line takes the `--strategy` choices from `STRATEGIES` without loading torch.
 """
@@ -154,7 +157,7 @@ class Tree:
         if not frontier:
             return None
         values = subtree_values(pipeline.attempts)
-        chosen = sorted(frontier, key=lambda a: (-values[a.index], -a.score, a.index))[:self.beam]
+        chosen = sorted(frontier, key=lambda a: (-values[a.index], -a.rank, a.index))[:self.beam]
         return self._children(pipeline, chosen)
 
     def _children(self, pipeline: AttemptPipeline, chosen: list[Attempt]) -> Iterator[Ask]:
@@ -168,8 +171,8 @@ class Tree:
 
 
 def subtree_values(attempts: list[Attempt]) -> dict[int, float]:
-    """Max-reward value: the best score in each attempt's subtree."""
-    values = {a.index: a.score for a in attempts}
+    """Max-reward value: the best rank in each attempt's subtree."""
+    values = {a.index: a.rank for a in attempts}
     for a in sorted(attempts, key=lambda a: -a.index):   # children come after their parents
         if a.parent is not None:
             values[a.parent.index] = max(values[a.parent.index], values[a.index])
@@ -213,7 +216,7 @@ class Evolve:
     def _child(self, pipeline: AttemptPipeline, rng: random.Random, archive: list[Attempt],
                generation: int) -> Ask:
         parent = max(rng.sample(archive, min(self.tournament, len(archive))),
-                     key=lambda a: (a.score, -a.index))
+                     key=lambda a: (a.rank, -a.index))
         others = [a for a in archive if a is not parent]
         exemplars = sample_across_buckets(rng, others, self.exemplars)
         diagnosis = diagnose(pipeline, parent, self.critique)
@@ -250,7 +253,7 @@ class Samples:
             return Ask(first_messages(pipeline), data=data)
         last = answered[-1]
         correct = [a for a in answered if a.correct]
-        best = max(correct, key=lambda a: (a.score, -a.index)) if correct else None
+        best = max(correct, key=lambda a: (a.rank, -a.index)) if correct else None
         diagnosis = diagnose(pipeline, last, self.critique)
         messages = refine_messages(pipeline, last, answered[:-1], diagnosis, best=best or last)
         return Ask(messages, parent=last, data=data)

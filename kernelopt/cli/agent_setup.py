@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kernelopt.agent.strategies import with_eval_defaults
 from kernelopt.cli.console import ConsoleProgress
-from kernelopt.cli.errors import EXIT_BAD_INPUT, EnvironmentFailure, UsageError
+from kernelopt.cli.errors import EXIT_BAD_INPUT, EnvironmentFailure, UsageError, print_json_failure
 from kernelopt.cli.options import (
     add_budget_options,
     add_endpoint_options,
@@ -113,9 +113,13 @@ def configured_endpoint(args) -> str | None:
     return base_url if configured else None
 
 
-def missing_endpoint(command: str) -> int:
-    """No endpoint: say how to configure one (exit 2). `command`: how the user's command starts."""
+def missing_endpoint(command: str, as_json: bool = False) -> int:
+    """No endpoint: say how to configure one (exit 2). `command`: how the user's command starts;
+    `as_json`: the command was asked for JSON, so stdout gets the failure object too."""
     print(NO_ENDPOINT_HELP.format(command=command), file=sys.stderr)
+    if as_json:
+        print_json_failure(command.split()[0], "bad_input", "no LLM endpoint is configured: set OPENAI_API_KEY "
+                           "(and OPENAI_BASE_URL for a local server) or pass --base-url", EXIT_BAD_INPUT)
     return EXIT_BAD_INPUT
 
 
@@ -207,7 +211,7 @@ def agent_setup(args, command: str, out_root: str, strategy: str, strategy_optio
 
     base_url = configured_endpoint(args)
     if base_url is None:
-        missing_endpoint(command)
+        missing_endpoint(command, getattr(args, "json", False))
         return None
     try:
         problem_set = problem_set_from(args)

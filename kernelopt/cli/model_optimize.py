@@ -56,7 +56,7 @@ def run_model_optimize(args) -> int:
     if not args.resume:
         base_url = configured_endpoint(args)
         if base_url is None:
-            return missing_endpoint(f"model optimize {args.model_file}")
+            return missing_endpoint(f"model optimize {args.model_file}", getattr(args, "json", False))
     elif not args.out:
         raise UsageError("--resume continues the run in --out DIR: give its --out")
     loaded, profile = load_and_profile(args)

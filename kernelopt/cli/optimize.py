@@ -96,11 +96,12 @@ class ProgressPrinter:
     def __init__(self, config, enabled: bool):
         self.enabled = enabled
         self.budget = config.limits.get("llm_calls")
-        self.best: float | None = None
+        self.best: float | None = None  # the leader's speedup (the leader: the highest rank, selection.py)
+        self.best_rank: float | None = None
 
     def __call__(self, kind: str, attempt) -> None:
-        if attempt.correct and (self.best is None or attempt.score > self.best):
-            self.best = attempt.score
+        if attempt.correct and (self.best_rank is None or attempt.rank > self.best_rank):
+            self.best, self.best_rank = attempt.score, attempt.rank
         if not self.enabled:
             return
         of = f"/{self.budget}" if self.budget else ""
@@ -123,7 +124,7 @@ _REPLAYED = {"cache": " (answer reused from an earlier run: --reuse-answers)",
 
 def explain_missing_endpoint(args) -> int:
     """No endpoint: say how to configure one, and show the referee on bundled candidates."""
-    status = missing_endpoint(f"optimize {args.problem}")
+    status = missing_endpoint(f"optimize {args.problem}", args.json)
     candidates = bundled_candidates(args.problem)
     if candidates and not args.json:
         demo_referee(args, candidates)

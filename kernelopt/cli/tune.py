@@ -58,7 +58,7 @@ def run_tune(args) -> int:
     spots = model_spots(args)
     session = open_session(args)
     if session is None:
-        return missing_endpoint(f"tune {args.problem}")
+        return missing_endpoint(f"tune {args.problem}", getattr(args, "json", False))
     notices = [f"the LLM endpoint cannot be used: {problem} (hand edits are still judged)"
                for problem in [session.endpoint_problem()] if problem]
     workbench = Workbench(session, notices, spots=spots, open_problem=lambda path: open_spot_session(args, path))

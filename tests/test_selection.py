@@ -1,0 +1,73 @@
+"""Selection that survives noise: candidates ranked by the lower end of their speedup's interval,
+and a new leader judged twice, keeping the lower reading (kernelopt/agent/selection.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelopt.agent.attempt import Attempt
+from kernelopt.agent.selection import confirmed, conservative_speedup
+from kernelopt.agent.strategies import subtree_values
+from kernelopt.sandbox.results import EvalResult, Timing, TimingStats
+
+
+def verdict(speedup: float | None, precision: float | None = None, status: str = "correct") -> EvalResult:
+    stats = TimingStats(samples=10, median_ms=1, mean_ms=1, std_ms=0, min_ms=1, max_ms=1, p25_ms=1, p75_ms=1,
+                        rel_iqr=0)
+    timing = Timing(method="test", reference=stats, candidate=stats, rounds=5, calls_per_round=2, reference_ms=1.0,
+                    candidate_ms=1.0 / speedup if speedup else 1.0, speedup_precision=precision)
+    return EvalResult(status=status, correct=status == "correct", speedup=speedup if status == "correct" else None,
+                      reference_ms=1.0, candidate_ms=1.0, timing=timing, message="judged")
+
+
+def test_the_conservative_speedup_is_the_interval_s_lower_end():
+    assert conservative_speedup(verdict(2.0, 0.1)) == pytest.approx(1.8)
+    assert conservative_speedup(verdict(2.0, None)) == 2.0  # no interval: the reading itself
+    assert conservative_speedup(verdict(None, status="incorrect")) == 0.0
+
+
+def test_a_wide_lucky_reading_ranks_below_a_narrow_steady_one():
+    lucky = Attempt(index=1, code="a", result=verdict(2.7, 0.4))   # [1.62, 3.78]
+    steady = Attempt(index=2, code="b", result=verdict(2.0, 0.05))  # [1.90, 2.10]
+    assert lucky.score > steady.score and steady.rank > lucky.rank
+    assert subtree_values([lucky, steady]) == {1: pytest.approx(1.62), 2: pytest.approx(1.9)}  # tree's values
+
+
+def test_confirmed_keeps_the_lower_reading_and_lists_both():
+    kept = confirmed(verdict(2.7, 0.1), verdict(1.9, 0.1))
+    assert kept.speedup == 1.9 and kept.timing.speedups_measured == [2.7, 1.9]
+    assert "judged twice as a new leader: 2.700x, 1.900x" in kept.message
+    assert confirmed(verdict(1.9, 0.1), verdict(2.7, 0.1)).speedup == 1.9
+
+
+def test_a_second_verdict_that_is_not_correct_wins():
+    kept = confirmed(verdict(2.0, 0.1), verdict(None, status="incorrect"))
+    assert kept.status == "incorrect" and not kept.correct
+
+
+def test_an_optimize_run_judges_a_new_leader_twice_and_keeps_the_lower(monkeypatch, capsys, tmp_path):
+    """Through the real pipeline: the first correct candidate takes the lead, so it is judged
+    twice (its stored verdict lists both readings); the same code proposed again is not judged
+    anew; a slower correct candidate, which does not lead, is judged once."""
+    import sqlite3
+
+    from conftest import REPO, SOFTMAX_EQUAL, SOFTMAX_FAST
+    from llm_server import ScriptedLLMServer
+
+    from kernelopt.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    answers = [f"```python\n{code}```" for code in (SOFTMAX_FAST, SOFTMAX_FAST, SOFTMAX_EQUAL)]
+    store = tmp_path / "s.sqlite"
+    with ScriptedLLMServer(answers) as server:
+        code = main(["optimize", str(REPO / "examples" / "level1" / "4_RedundantSoftmax.py"), "--model", "test-model",
+                     "--base-url", server.url, "--store", str(store), "--budget", "3", "--strategy", "best-of-n",
+                     "--window", "1", "--device", "cpu", "--timing-budget", "1", "--correctness-trials", "2"])
+    assert code == 0, capsys.readouterr().err
+    rows = sqlite3.connect(store).execute("SELECT result FROM evaluations ORDER BY id").fetchall()
+    import json as _json
+    fast, equal = (_json.loads(r[0]) for r in rows)
+    assert len(fast["timing"]["speedups_measured"]) == 2 and "judged twice as a new leader" in fast["message"]
+    assert fast["speedup"] == pytest.approx(min(fast["timing"]["speedups_measured"]), rel=1e-5)
+    assert len(equal["timing"]["speedups_measured"]) == 1 and "judged twice" not in equal["message"]
