@@ -138,15 +138,24 @@ def bundled_candidates(problem_path: str) -> list[Path]:
     return sorted(folder.glob("*.py")) if folder.is_dir() else []
 
 
+DEMO_TIMING_BUDGET_S = 1.0  # a demo: each speedup's interval says how little a second of timing knows
+
+
 def demo_referee(args, candidates: list[Path]) -> None:
+    """The bundled candidates judged as one batch (the reference's worker stays warm, the next
+    candidate loads while one is timed), each verdict printed as it is reached."""
     from kernelopt.kernelbench import load_problem
-    from kernelopt.sandbox import EvalOptions, evaluate
+    from kernelopt.sandbox import EvalOptions, Evaluator
 
     problem = load_problem(args.problem)
     print(f"Meanwhile, the referee judging the candidates bundled with {args.problem} "
           "(no LLM involved):", file=sys.stderr)
-    options = EvalOptions(device=args.device, timing_budget=args.timing_budget or 5.0)
-    for path in candidates:
-        result = evaluate(problem, path.read_text(encoding="utf-8"), options)
-        verdict = f"{result.status}, speedup {result.speedup:.2f}x" if result.correct else result.status
-        print(f"  {path.name:28s} {verdict}: {first_line(result.message, 160)}", file=sys.stderr, flush=True)
+    options = EvalOptions(device=args.device, timing_budget=args.timing_budget or DEMO_TIMING_BUDGET_S)
+    sources = [path.read_text(encoding="utf-8") for path in candidates]
+    with Evaluator(problem, options, jobs=2, keep_spare=False) as evaluator:
+        for index, result in evaluator.evaluate_many(sources):
+            precision = result.timing.speedup_precision if result.timing else None
+            verdict = (f"{result.status}, speedup {speedup_with_interval(result.speedup, precision)}"
+                       if result.correct and result.speedup is not None else result.status)
+            print(f"  {candidates[index].name:28s} {verdict}: {first_line(result.message, 160)}", file=sys.stderr,
+                  flush=True)
