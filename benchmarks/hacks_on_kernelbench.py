@@ -10,6 +10,7 @@ prints one line per evaluation and a summary; the acceptance line is "no hack co
     .venv/bin/python benchmarks/hacks_on_kernelbench.py --problems DIR/KernelBench/level1 \
         [--pairs default | HACK:ID,ID ...] [--runs 2] [--timing-budget 2] [--out results.jsonl]
 
+`--pairs round4` is round four's generic candidates (issue 41) against ReLU, softmax and GELU.
 `--pairs default` is the families of round three (behaving differently when timed, helper
 processes, timer forgery, objects in the harness's buffers) against the level-1 problems of
 KernelBench's v0 sizes they apply to (the losses for the degenerate family; ReLU, softmax and
@@ -45,11 +46,22 @@ DEFAULT_PAIRS = {
     "harness_buffer_dispatch_subclass.py": ROWWISE,
     "harness_inputs_dispatch_subclass.py": (19, 23),
 }
+# Round four (issue 41): the generic candidates that replace what they can reach of the harness in
+# their process, or do work where the host does not look; against ReLU, softmax and GELU.
+ROUND4_PAIRS = {
+    "chaos_replace_every_harness_step.py": ROWWISE,
+    "answer_then_finish_in_a_thread.py": ROWWISE,
+    "cheaper_harness_description.py": ROWWISE,
+    "constant_after_the_trials.py": ROWWISE,
+    "describe_a_precomputed_buffer.py": ROWWISE,
+}
 
 
 def parse_pairs(words: list[str]) -> dict[str, tuple[int, ...]]:
     if words == ["default"]:
         return DEFAULT_PAIRS
+    if words == ["round4"]:
+        return ROUND4_PAIRS
     pairs = {}
     for word in words:
         hack, _, ids = word.partition(":")
