@@ -121,7 +121,7 @@ def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_ca
                   calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                   wall_speedup=wall_r / wall_c if wall_c > 0 else None,
                   speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device,
-                                                               bytes_per_call),
+                                                               bytes_per_call, min(cand_ms, ref_ms)),
                   reference_charge_ms=ref_ms - ref_stats.mean_ms)
 
 

@@ -86,22 +86,35 @@ BETWEEN_PROCESS_SPREAD = {"cpu": 0.035, "cuda": 0.01}
 # sd measured) gets 7.0 %.
 FOOTPRINT_BYTES = 256 << 20
 CPU_SPREAD_CAP = 0.10
+# Short calls: the thin loop inside every window (unpacking, the answer, the thaw and freeze)
+# costs each fresh worker process a slightly different absolute time, which the rounds of one
+# pair of processes cannot see; against a short call it is a large share. Measured on the 2-core
+# VM (2026-11-28, benchmarks/honest_under_load.py): the honest drop_dead_work.py on
+# 4_RedundantSoftmax (a 0.55 ms candidate call against a 4.7 ms reference) read 7.16x-9.77x over
+# ten evaluations, a 11.4 % sd of which about 5 % is the rounds' own: about 0.056 ms (sd) of
+# the short side's call differs between process pairs. CUDA: provisional until measured.
+HARNESS_SPREAD_MS = {"cpu": 0.06, "cuda": 0.02}
 
 
-def between_process_spread(device: str, bytes_per_call: int = 0) -> float:
+def between_process_spread(device: str, bytes_per_call: int = 0, call_ms: float | None = None) -> float:
     """The relative standard deviation two fresh worker processes add to a speedup, for calls
-    that move `bytes_per_call` (inputs and outputs)."""
-    if device.startswith("cuda"):
-        return BETWEEN_PROCESS_SPREAD["cuda"]
-    growth = max(1.0, bytes_per_call / FOOTPRINT_BYTES)
-    return min(CPU_SPREAD_CAP, BETWEEN_PROCESS_SPREAD["cpu"] * growth)
+    that move `bytes_per_call` (inputs and outputs) and whose shorter side takes `call_ms`."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    if kind == "cuda":
+        spread = BETWEEN_PROCESS_SPREAD["cuda"]
+    else:
+        growth = max(1.0, bytes_per_call / FOOTPRINT_BYTES)
+        spread = min(CPU_SPREAD_CAP, BETWEEN_PROCESS_SPREAD["cpu"] * growth)
+    if call_ms is not None and call_ms > 0:
+        spread = math.hypot(spread, HARNESS_SPREAD_MS[kind] / call_ms)
+    return spread
 
 
-def calibrated_precision(within: float, device: str, bytes_per_call: int = 0) -> float:
+def calibrated_precision(within: float, device: str, bytes_per_call: int = 0, call_ms: float | None = None) -> float:
     """The speedup's 95 % relative half-width: the rounds' (ratio_precision) and the
-    between-process part (between_process_spread, for calls that move `bytes_per_call`), in
-    quadrature."""
-    return math.hypot(within, 1.96 * between_process_spread(device, bytes_per_call))
+    between-process part (between_process_spread, for calls that move `bytes_per_call` and whose
+    shorter side takes `call_ms`), in quadrature."""
+    return math.hypot(within, 1.96 * between_process_spread(device, bytes_per_call, call_ms))
 
 
 def ratio_precision(numerators: list[float], denominators: list[float]) -> float:
