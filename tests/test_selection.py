@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelopt.agent.attempt import Attempt
-from kernelopt.agent.selection import confirmed, conservative_speedup
+from kernelopt.agent.selection import confirmed, conservative_speedup, leader
 from kernelopt.agent.strategies import subtree_values
 from kernelopt.sandbox.results import EvalResult, Timing, TimingStats
 
@@ -71,3 +71,14 @@ def test_an_optimize_run_judges_a_new_leader_twice_and_keeps_the_lower(monkeypat
     assert len(fast["timing"]["speedups_measured"]) == 2 and "judged twice as a new leader" in fast["message"]
     assert fast["speedup"] == pytest.approx(min(fast["timing"]["speedups_measured"]), rel=1e-5)
     assert len(equal["timing"]["speedups_measured"]) == 1 and "judged twice" not in equal["message"]
+
+
+def test_the_lead_changes_only_to_a_clearly_faster_candidate():
+    first = Attempt(index=1, code="a", result=verdict(2.0, 0.1))       # [1.8, 2.2]
+    near_tie = Attempt(index=2, code="b", result=verdict(2.1, 0.1))    # [1.89, 2.31]: not clearly faster
+    clearly = Attempt(index=3, code="c", result=verdict(3.0, 0.1))     # [2.7, 3.3]
+    failed = Attempt(index=4, code="d", result=verdict(None, status="incorrect"))
+    assert leader([first, near_tie]) is first
+    assert leader([near_tie, first]) is first  # the order they were proposed, not the list's
+    assert leader([first, near_tie, clearly, failed]) is clearly
+    assert leader([failed]) is None

@@ -28,7 +28,7 @@ from kernelopt.agent.config import SearchRun
 from kernelopt.agent.llm import LLMCallError, LLMConfigError, request_key
 from kernelopt.kernelbench.completion import FormatError, extract_code
 from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, profile_text, short_error
-from kernelopt.agent.selection import confirmed, conservative_speedup
+from kernelopt.agent.selection import confirmed, conservative_speedup, leader
 from kernelopt.agent.store import LLMCallRecord
 from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import EvalOptions, EvalResult
@@ -259,8 +259,9 @@ class AttemptPipeline:
         self._fail(exc)
 
     def best(self) -> Attempt | None:
-        correct = [a for a in self.attempts if a.correct]
-        return max(correct, key=lambda a: (a.rank, -a.index)) if correct else None
+        """The run's leader (selection.leader): a later candidate takes the lead only when it is
+        clearly faster, not on a lucky reading."""
+        return leader(self.attempts)
 
     def judged(self) -> list[Attempt]:
         """Attempts with a response (code or a format error), in order: what prompts can cite."""

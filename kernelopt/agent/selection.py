@@ -4,13 +4,20 @@ The best of many noisy readings is biased upward (the winner's curse): identical
 1.97x, then 2.70x, and a search that keeps the maximum crowns whichever reading was luckiest.
 So the search ranks candidates by the lower end of each speedup's 95 % interval
 (`conservative_speedup`), and a candidate that would take the lead is judged a second time at
-once, keeping the lower of its two readings (`confirmed`, in attempt.py's pipeline). The
-verdict's own speedup is what reports and rewards show; the rank only orders candidates.
+once, keeping the lower of its two readings (`confirmed`, in attempt.py's pipeline). The run's
+best (`leader`) changes only to a candidate whose interval's lower end is above the leader's
+reading. The verdict's own speedup is what reports and rewards show; the rank only orders
+candidates.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kernelopt.sandbox.results import EvalResult
+
+if TYPE_CHECKING:
+    from kernelopt.agent.attempt import Attempt
 
 
 def conservative_speedup(result: EvalResult) -> float:
@@ -20,6 +27,18 @@ def conservative_speedup(result: EvalResult) -> float:
         return 0.0
     precision = result.timing.speedup_precision if result.timing is not None else None
     return result.speedup * (1.0 - precision) if precision is not None else result.speedup
+
+
+def leader(attempts: list[Attempt]) -> Attempt | None:
+    """The run's best candidate: the first correct one, replaced, in the order they were
+    proposed, by any later one whose interval's lower end lies above the leader's own reading.
+    That one is clearly faster. A near-tie leaves the lead where it was, so the same answers crown
+    the same candidate however the readings fall."""
+    best: Attempt | None = None
+    for attempt in sorted((a for a in attempts if a.correct), key=lambda a: a.index):
+        if best is None or attempt.rank > best.score:
+            best = attempt
+    return best
 
 
 def confirmed(first: EvalResult, second: EvalResult) -> EvalResult:

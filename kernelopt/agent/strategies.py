@@ -252,8 +252,9 @@ class Samples:
         if not answered:   # nothing came back in this chain yet: a fresh first attempt
             return Ask(first_messages(pipeline), data=data)
         last = answered[-1]
-        correct = [a for a in answered if a.correct]
-        best = max(correct, key=lambda a: (a.rank, -a.index)) if correct else None
+        from kernelopt.agent.selection import leader  # on use: this module stays light for the CLI
+
+        best = leader(answered)  # this chain's own best, chosen as the run's is
         diagnosis = diagnose(pipeline, last, self.critique)
         messages = refine_messages(pipeline, last, answered[:-1], diagnosis, best=best or last)
         return Ask(messages, parent=last, data=data)
