@@ -337,3 +337,27 @@ def test_the_report_gives_each_spot_its_fate_and_amdahls_prediction():
     text = composition_text(report)
     assert "kept" in text and "dropped (runtime_error: view size" in text and "incorrect" in text
     assert "end to end: correct, speedup 1.200x" in text and "1.333x" in text
+
+
+def test_profile_keeps_the_profiler_s_native_chatter_off_stderr():
+    """kineto writes `USDT:... profiler_start/stop` lines to the process's stderr at every run;
+    stderr is for kernelopt's messages (what a program prints there still gets through)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "kernelopt", "model", "profile",
+                           str(REPO / "examples" / "models" / "tiny_retrieval.py"), "--device", "cpu", "--forwards", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "normalize" in done.stdout and "USDT" not in done.stderr
+
+
+def test_the_chatter_filter_passes_everything_else_through(capfd):
+    import os
+
+    from kernelopt.model.profiler import without_profiler_chatter
+
+    with without_profiler_chatter():
+        os.write(2, b"USDT:2026-11-28 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a warning of the program's\n")
+    assert capfd.readouterr().err == "a warning of the program's\n"

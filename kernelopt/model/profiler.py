@@ -23,7 +23,11 @@ forward outside every submodule is reported as the `(model)` row: it cannot be e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -147,7 +151,7 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int =
             if cuda:
                 torch.cuda.synchronize()
             recording[0] = True
-            with profile(activities=activities) as prof:
+            with without_profiler_chatter(), profile(activities=activities) as prof:
                 for _ in range(forwards):
                     model(*inputs)
                 if cuda:
@@ -164,6 +168,32 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int =
     found = summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children, split, ops)
     found.threads = threads or previous_threads
     return found
+
+
+# What the profiler's native library (kineto) writes to the process's stderr at each start and
+# stop, whatever the log level: "USDT:<date> <pid>:<tid> SyncActivityProfilerHandler.cpp:52] ...".
+_CHATTER = b"USDT:"
+
+
+@contextlib.contextmanager
+def without_profiler_chatter():
+    """Hold the process's native stderr (file descriptor 2) in a temporary file while the
+    profiler runs, then pass on every line but the profiler's own tracing chatter: stderr is
+    for kernelopt's messages and the user's program's."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True) if not line.startswith(_CHATTER)]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def signature(args, kwargs) -> Signature:
