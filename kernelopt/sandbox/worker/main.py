@@ -253,6 +253,7 @@ class Worker:
         index = msg.get("device_index", 0)
         if not isinstance(index, int):
             raise WorkerFailure("protocol", "a device index that is not a number")
+        self.last_call = ()  # views of the old slots go before their memory is unmapped
         for old in self.device_slots:
             old.close()
         self.device_slots = ()
