@@ -12,12 +12,26 @@ candidates.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 from kernelopt.sandbox.results import EvalResult
 
-if TYPE_CHECKING:
-    from kernelopt.agent.attempt import Attempt
+
+class Ranked(Protocol):
+    """What `leader` reads of an attempt (attempt.py's Attempt)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def correct(self) -> bool: ...
+    @property
+    def rank(self) -> float: ...
+    @property
+    def score(self) -> float: ...
+
+
+A = TypeVar("A", bound=Ranked)
 
 
 def conservative_speedup(result: EvalResult) -> float:
@@ -29,12 +43,12 @@ def conservative_speedup(result: EvalResult) -> float:
     return result.speedup * (1.0 - precision) if precision is not None else result.speedup
 
 
-def leader(attempts: list[Attempt]) -> Attempt | None:
+def leader(attempts: Iterable[A]) -> A | None:
     """The run's best candidate: the first correct one, replaced, in the order they were
     proposed, by any later one whose interval's lower end lies above the leader's own reading.
     That one is clearly faster. A near-tie leaves the lead where it was, so the same answers crown
     the same candidate however the readings fall."""
-    best: Attempt | None = None
+    best: A | None = None
     for attempt in sorted((a for a in attempts if a.correct), key=lambda a: a.index):
         if best is None or attempt.rank > best.score:
             best = attempt
