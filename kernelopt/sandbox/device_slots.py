@@ -94,8 +94,9 @@ class Keeper:
             self.close()
             raise KeeperError(f"the keeper could not start: {hello.get('error')}")
 
-    def request(self, message: dict, send_fd: int | None = None) -> dict:
-        """One exchange; `send_fd` goes beside the frame (for `share`). KeeperError on failure."""
+    def request(self, message: dict, send_fd: int | None = None, receive_fd: bool = False) -> dict:
+        """One exchange; `send_fd` goes beside the frame (`share`); with `receive_fd` the keeper's
+        answer brings one (`alloc`), returned as the reply's "fd". KeeperError on failure."""
         with self._lock:
             if send_fd is not None:
                 socket.send_fds(self._fds, [b"f"], [send_fd])
@@ -104,22 +105,20 @@ class Keeper:
             except OSError as exc:
                 raise KeeperError(f"the keeper is gone ({exc})") from None
             reply = self._read(_REQUEST_TIMEOUT_S)
-        if not reply.get("ok"):
-            raise KeeperError(f"the keeper's {message.get('cmd')} failed: {reply.get('error')}")
+            if not reply.get("ok"):
+                raise KeeperError(f"the keeper's {message.get('cmd')} failed: {reply.get('error')}")
+            if receive_fd:
+                _, fds, _, _ = socket.recv_fds(self._fds, 1, 1)
+                if len(fds) != 1:
+                    raise KeeperError(f"the keeper's {message.get('cmd')} sent no descriptor")
+                reply["fd"] = fds[0]
         return reply
 
     def allocate(self, name: str, size: int) -> tuple[int, int]:
         """A new device slot `name` of at least `size` bytes: (its size, a descriptor of it for
         the worker, which the caller closes)."""
-        with self._lock:
-            wire.write_frame(self._cmd_write, {"cmd": "alloc", "name": name, "size": size})
-            reply = self._read(_REQUEST_TIMEOUT_S)
-            if not reply.get("ok"):
-                raise KeeperError(f"the keeper could not make a slot of {size} bytes: {reply.get('error')}")
-            _, fds, _, _ = socket.recv_fds(self._fds, 1, 1)
-        if len(fds) != 1:
-            raise KeeperError("the keeper sent no descriptor for its slot")
-        return int(reply["size"]), fds[0]
+        reply = self.request({"cmd": "alloc", "name": name, "size": size}, receive_fd=True)
+        return int(reply["size"]), reply["fd"]
 
     def _read(self, timeout: float) -> dict:
         try:

@@ -26,7 +26,6 @@ class CallReply(BaseModel):
     meta: list[tuple[list[int], str, str]]
     spans: list[tuple[int, list[int]]] | None = None  # commands.MEMORY: each output's address and strides
     slot_spans: list[tuple[int, int]] | None = None  # commands.DEVICE: each output's offset and bytes in the slot
-    slot_bytes: int | None = None  # commands.DEVICE: what its outputs need, when they did not fit the slot
 
 
 @dataclass

@@ -145,9 +145,9 @@ def describe_outputs(output, inputs, transport: str, slot=None) -> tuple[dict, l
     the address of its first element and its strides, read by the host through /proc once the
     group is frozen), where they were copied in the device output slot `slot` (DEVICE: offset
     and bytes; the keeper copies them out once the group is frozen), or its values as the
-    frame's blobs (FRAME: a container; DEVICE when they do not fit the slot, with the bytes
-    they need). Whatever a program makes this say, the host compares the values it takes, so a
-    lie can only cost it."""
+    frame's blobs (FRAME: a container; DEVICE when they do not fit the slot: the host sizes
+    the next slot by the bytes that came). Whatever a program makes this say, the host compares
+    the values it takes, so a lie can only cost it."""
     from .commands import DEVICE, MEMORY
     from .transfer import structure
 
@@ -157,12 +157,9 @@ def describe_outputs(output, inputs, transport: str, slot=None) -> tuple[dict, l
     if transport == MEMORY:
         described["spans"] = [[t.data_ptr(), list(t.stride())] for t in tensors]
         return described, []
-    if transport == DEVICE:
-        needed = sum(_slot_extent(t) for t in tensors)
-        if slot is not None and needed <= slot.size:
-            described["slot_spans"] = _into_slot(tensors, slot.tensor())
-            return described, []
-        described["slot_bytes"] = needed
+    if transport == DEVICE and slot is not None and sum(_slot_extent(t) for t in tensors) <= slot.size:
+        described["slot_spans"] = _into_slot(tensors, slot.tensor())
+        return described, []
     return described, [_values(t) for t in tensors]
 
 
