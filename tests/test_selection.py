@@ -38,6 +38,9 @@ def test_confirmed_keeps_the_lower_reading_and_lists_both():
     assert kept.speedup == 1.9 and kept.timing.speedups_measured == [2.7, 1.9]
     assert "judged twice as a new leader: 2.700x, 1.900x" in kept.message
     assert confirmed(verdict(1.9, 0.1), verdict(2.7, 0.1)).speedup == 1.9
+    # The reading decides, not the interval: a higher reading with a wider interval (lower end
+    # 8.85 * 0.71 = 6.28 < 8.60 * 0.8 = 6.88) is still the higher reading and is not kept.
+    assert confirmed(verdict(8.85, 0.29), verdict(8.60, 0.2)).speedup == 8.60
 
 
 def test_a_second_verdict_that_is_not_correct_wins():

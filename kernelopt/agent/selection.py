@@ -56,10 +56,11 @@ def leader(attempts: Iterable[A]) -> A | None:
 
 
 def confirmed(first: EvalResult, second: EvalResult) -> EvalResult:
-    """Of two verdicts on the same code, the one to keep: the lower by conservative speedup (an
-    incorrect second verdict wins: the code is not reliably correct). The kept verdict lists
-    both readings in `timing.speedups_measured` and says that it was confirmed."""
-    kept = second if conservative_speedup(second) < conservative_speedup(first) else first
+    """Of two verdicts on the same code, the one to keep: the lower reading (an incorrect second
+    verdict wins: the code is not reliably correct). The point reading decides, not the interval's
+    lower end: a wide interval around a lucky high reading must not keep that reading. The kept
+    verdict lists both readings in `timing.speedups_measured` and says that it was confirmed."""
+    kept = second if _reading(second) < _reading(first) else first
     readings = [r.speedup for r in (first, second) if r.correct and r.speedup is not None]
     kept = kept.model_copy(deep=True)
     if kept.timing is not None:
@@ -68,3 +69,8 @@ def confirmed(first: EvalResult, second: EvalResult) -> EvalResult:
         kept.message += (f" (judged twice as a new leader: {', '.join(f'{s:.3f}x' for s in readings)}; "
                          "the lower reading kept)")
     return kept
+
+
+def _reading(result: EvalResult) -> float:
+    """A verdict's speedup for `confirmed`: 0 for any verdict that is not correct."""
+    return result.speedup if result.correct and result.speedup is not None else 0.0
