@@ -35,6 +35,7 @@ from kernelopt.sandbox import EvalOptions, EvalResult
 from kernelopt.sandbox.batch import Evaluator
 from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.process import SandboxError
+from kernelopt.sandbox.shaped import prompt_view
 
 # Failures of the machinery rather than of a candidate: every further evaluation would fail too.
 FATAL_EVAL_ERRORS = (ProblemError, IsolationError, SandboxError)
@@ -113,7 +114,8 @@ class Attempt:
 
     def error_summary(self) -> str:
         if self.result is not None:
-            return short_error(self.result.message, self.result.compile_log)
+            shown = prompt_view(self.result)
+            return short_error(shown.message, shown.compile_log)
         return short_error(self.format_error or self.llm_error or self.eval_error or "")
 
 

@@ -17,6 +17,7 @@ import jinja2
 
 from kernelopt.kernelbench.backends import BACKENDS as KERNEL_BACKENDS
 from kernelopt.kernelbench.backends import default_backend
+from kernelopt.sandbox.shaped import prompt_view
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prompts"
 BACKENDS = tuple(KERNEL_BACKENDS)
@@ -64,7 +65,9 @@ def backend_for(device: str) -> str:
 
 
 def feedback_text(result) -> str:
-    """The referee's verdict as the model should read it: what failed and why, with numbers."""
+    """The referee's verdict as the model should read it: what failed and why, with numbers
+    (nothing of a held-out input configuration: shaped.prompt_view)."""
+    result = prompt_view(result)
     lines = [f"verdict: {result.status}"]
     message = without_commands(result.message)
     if message:
@@ -87,6 +90,8 @@ def feedback_text(result) -> str:
             ("relative L2 error", trial.rel_l2_error), ("mismatched fraction", trial.mismatch_fraction))
             if value is not None)
         lines.append(f"trial {trial.index}: {trial.message or 'mismatch'}" + (f" ({stats})" if stats else ""))
+    lines.extend(f"configuration [{v.name}]: {v.status}" + (f", speedup {v.speedup:.3f}x" if v.speedup else "")
+                 for v in result.shapes or [])
     if result.optimization_kinds:
         lines.append("optimization kind: " + ", ".join(result.optimization_kinds))
     if result.flags:

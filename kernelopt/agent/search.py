@@ -145,7 +145,7 @@ def build_pipeline(run: SearchRun, budget: Budget, on_event=None) -> AttemptPipe
     eval_options = EvalOptions(device=device, **with_eval_defaults(config.strategy, config.eval_options))
     backend = resolve_backend(config.backend, device)  # BackendError (ValueError) when it cannot run there
     hardware = run.judge.hardware if run.judge is not None else describe_hardware(device)
-    prompts = PromptContext(reference_source=run.problem.source, problem_name=run.problem.name,
+    prompts = PromptContext(reference_source=run.problem.shown_source, problem_name=run.problem.name,
                             backend=backend, device_desc=hardware.summary, hardware=hardware.facts)
     return AttemptPipeline(run, budget=budget, eval_options=eval_options, prompts=prompts, on_event=on_event)
 

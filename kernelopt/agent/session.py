@@ -499,7 +499,7 @@ class Session:
     def _program(self, which: Candidate | int | str) -> tuple[str, str]:
         if isinstance(which, str):
             if which == "reference":
-                return "reference", self.problem.source
+                return "reference", self.problem.shown_source
             raise SessionError(f"no candidate with id {which!r} in run {self.run_id}")
         chosen = self._candidate(which)
         if not chosen.code:

@@ -52,16 +52,18 @@ SPELLINGS = {
     "correctness_trials": Spelling(metavar="N"),
     "element_checks": Spelling(metavar="N"),
     "build_cache": Spelling(metavar="DIR"),
+    "shapes": Spelling(metavar="WHICH"),
 }
 
 # The referee's settings that eval and serve expose, in --help's order.
 JUDGING_FIELDS = ("device", "timeout", "memory_limit", "correctness_trials", "element_checks", "atol", "rtol",
                   "max_rel_error", "precision_policy", "isolation", "image", "timing_budget", "target_precision", "pin_timing",
-                  "seed", "build_mode", "build_cache", "profile")
+                  "seed", "build_mode", "build_cache", "profile", "shapes")
 
 # Those an agent run (optimize, bench, generate) records and applies to each of its evaluations;
 # its device is chosen once for the whole run, apart from these.
-RUN_EVAL_FIELDS = ("timeout", "timing_budget", "correctness_trials", "isolation", "image", "build_mode", "profile")
+RUN_EVAL_FIELDS = ("timeout", "timing_budget", "correctness_trials", "isolation", "image", "build_mode", "profile",
+                   "shapes")
 
 # What an option means for an agent run beyond a single evaluation.
 RUN_NOTES = {"profile": "; on by default with the refine, tree and evolve strategies, which show the model "

@@ -14,7 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelopt.kernelbench import shapes as shape_declarations
 from kernelopt.kernelbench import syntax
+from kernelopt.kernelbench.shapes import Shape
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
@@ -38,7 +40,8 @@ class ProblemError(ValueError):
 
 @dataclass(frozen=True)
 class Problem:
-    """One reference program. `source` is the file's text; `content_hash` its SHA-256."""
+    """One reference program. `source` is the file's text; `content_hash` its SHA-256;
+    `shapes` the input configurations it declares (shapes.py; empty for a plain file)."""
 
     path: str
     source: str
@@ -46,10 +49,22 @@ class Problem:
     problem_id: int | None
     level: int | None
     content_hash: str
+    shapes: tuple[Shape, ...] = ()
 
     @property
     def short_hash(self) -> str:
         return self.content_hash[:12]
+
+    @property
+    def shown_source(self) -> str:
+        """The file as prompts and agent tools show it: without its held-out configurations."""
+        return shape_declarations.shown_source(self.source)
+
+    def for_shape(self, shape: Shape) -> Problem:
+        """This problem as the one configuration `shape`: a plain problem of its own."""
+        source = shape_declarations.source_for(self.source, shape)
+        return Problem(path=self.path, source=source, name=self.name, problem_id=self.problem_id,
+                       level=self.level, content_hash=hashlib.sha256(source.encode("utf-8")).hexdigest())
 
 
 def load_problem(path: str | Path) -> Problem:
@@ -66,7 +81,7 @@ def load_problem(path: str | Path) -> Problem:
 
 def problem_from_source(source: str, path: str = "<memory>", name: str | None = None) -> Problem:
     """Validate problem source text that did not come from a file (e.g. a service request)."""
-    check_problem_source(source, path)
+    declared = check_problem_source(source, path)
     stem = Path(path).stem
     match = _FILE_NAME.match(stem)
     problem_id = int(match["id"]) if match else None
@@ -78,11 +93,13 @@ def problem_from_source(source: str, path: str = "<memory>", name: str | None = 
         problem_id=problem_id,
         level=_level_from_path(path),
         content_hash=hashlib.sha256(source.encode("utf-8")).hexdigest(),
+        shapes=tuple(declared),
     )
 
 
-def check_problem_source(source: str, path: str) -> None:
-    """Raise ProblemError unless the source parses and defines the KernelBench names."""
+def check_problem_source(source: str, path: str) -> list[Shape]:
+    """Raise ProblemError unless the source parses and defines the KernelBench names (and any
+    configurations it declares are usable); returns those configurations."""
     try:
         tree = syntax.parse(source, filename=path)
     except SyntaxError as exc:
@@ -95,6 +112,10 @@ def check_problem_source(source: str, path: str) -> None:
         raise ProblemError(path, "missing top-level definition of " + ", ".join(missing))
     if defined["Model"] != "class":
         raise ProblemError(path, "`Model` must be a class (an nn.Module subclass)")
+    try:
+        return shape_declarations.declared(tree)
+    except shape_declarations.ShapeError as exc:
+        raise ProblemError(path, str(exc)) from None
 
 
 def _top_level_definitions(tree: ast.Module) -> dict[str, str]:

@@ -98,6 +98,7 @@ def _row(record: dict) -> dict:
         "speedup_precision": (verdict.get("timing") or {}).get("speedup_precision"),
         "optimization_kinds": list(verdict.get("optimization_kinds") or []),
         "flags": list(verdict.get("flags") or []),
+        "shapes": verdict.get("shapes"),
         "message": message,
         "strategy_data": record.get("strategy_data") or {},
     }

@@ -90,6 +90,11 @@ class EvalOptions(BaseModel):
                                              "calls (time share per kernel or op, roofline); advisory, see "
                                              "docs/referee.md")
 
+    shapes: str = Field(
+        "all", description="which of the problem's declared input configurations (SHAPES, HELD_OUT_SHAPES) are "
+                           "judged: all, shown, held-out, or positions such as 1,3; a plain problem has one "
+                           "(docs/problems.md)")
+
     def effective_max_rel_error(self) -> float:
         return self.max_rel_error if self.max_rel_error is not None else max(self.rtol, 1e-3)
 
@@ -248,6 +253,20 @@ class Profile(BaseModel):
     seconds: float = Field(0.0, description="wall time of the profiling pass")
 
 
+class ShapeVerdict(BaseModel):
+    """One input configuration's part of a verdict (a problem with SHAPES)."""
+
+    name: str = Field(description="the constants it sets, e.g. 'batch_size=128 dim=4096'; 'default' for the "
+                                  "file's own")
+    held_out: bool = Field(False, description="judged but never shown in a prompt")
+    status: Status
+    message: str = ""
+    speedup: float | None = None
+    speedup_precision: float | None = Field(None, description="half the 95 % interval, relative to the speedup")
+    reference_ms: float | None = None
+    candidate_ms: float | None = None
+
+
 class EvalResult(BaseModel):
     """The referee's verdict on one candidate."""
 
@@ -280,6 +299,9 @@ class EvalResult(BaseModel):
                                                                         "found in its cache")
     profile: Profile | None = Field(None, description="with --profile, after a correct verdict: where the time "
                                                       "goes (advisory, not part of the verdict)")
+    shapes: list[ShapeVerdict] | None = Field(
+        None, description="for a problem that declares several input configurations: each one's verdict; the "
+                          "speedup is then their geometric mean (docs/problems.md)")
 
     def summary(self) -> str:
         """A short human-readable verdict."""
@@ -292,6 +314,12 @@ class EvalResult(BaseModel):
         parts = [line]
         if self.message:
             parts.append(self.message)
+        for shape in self.shapes or []:
+            held = " (held out)" if shape.held_out else ""
+            reading = (f"speedup {shape.speedup:.3f}x" + (f" +-{shape.speedup_precision:.1%}"
+                                                          if shape.speedup_precision is not None else "")
+                       if shape.speedup is not None else shape.status)
+            parts.append(f"  [{shape.name}]{held}: {reading}")
         if self.optimization_kinds:
             parts.append("kind: " + ", ".join(self.optimization_kinds))
         if self.flags:

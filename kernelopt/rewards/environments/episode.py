@@ -148,7 +148,7 @@ def _unscorable(error: RewardServiceError) -> dict:
 
 def first_prompt(problem: Problem) -> str:
     """The opening user message of an episode on `problem`: the reference and what to answer."""
-    return FIRST_PROMPT.format(name=problem.name, source=problem.source.strip())
+    return FIRST_PROMPT.format(name=problem.name, source=problem.shown_source.strip())
 
 
 def problem_label(problem: Problem, label: str = "source") -> str:

@@ -26,7 +26,7 @@ def verdict_text(answer: dict) -> str:
     """What the referee said about one answer, as lines of text."""
     status = answer.get("status", "unscorable")
     lines = [f"verdict: {status}"]
-    message = _clean(answer.get("message") or "")
+    message = _clean(_shown_message(answer))
     if message and status != "correct":
         cut = len(message) > MESSAGE_CHARS
         lines.append(f"message: {message[:MESSAGE_CHARS]}" + (" ..." if cut else ""))
@@ -41,6 +41,17 @@ def verdict_text(answer: dict) -> str:
     if answer.get("flags"):
         lines.append("flags: " + ", ".join(map(str, answer["flags"])))
     return "\n".join(lines)
+
+
+def _shown_message(answer: dict) -> str:
+    """The answer's message, or for a problem with held-out input configurations the one a
+    prompt may show (nothing of a held-out configuration: sandbox/shaped.py)."""
+    if not any(shape.get("held_out") for shape in answer.get("shapes") or []):
+        return answer.get("message") or ""
+    from kernelopt.sandbox.results import EvalResult
+    from kernelopt.sandbox.shaped import prompt_view
+
+    return prompt_view(EvalResult.model_validate(answer)).message
 
 
 def turn_feedback(answer: dict, *, last: bool) -> str:
