@@ -189,3 +189,35 @@ def test_a_kernel_written_for_one_size_fails_on_the_next_and_judging_stops_there
     assert verdict.status in ("incorrect", "runtime_error")
     assert [s.name for s in verdict.shapes] == ["default", "batch_size=16 dim=4096"]
     assert verdict.shapes[0].status == "correct" and verdict.shapes[1].status == verdict.status
+
+
+def test_bench_records_each_configuration_and_the_report_sets_shown_beside_held_out(tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "checkout" / "KernelBench" / "level1"
+    root.mkdir(parents=True)
+    shutil.copy(SHAPED_SOFTMAX, root / "1_ShapedSoftmax.py")
+    solutions = tmp_path / "generations" / "run1"
+    solutions.mkdir(parents=True)
+    (solutions / "level_1_problem_1_sample_0_kernel.py").write_text(
+        _candidate("honest/shaped_softmax_tuned_per_shape.py"))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "kernelopt", "bench", "--kernelbench", str(tmp_path / "checkout"),
+                           "--solutions", str(tmp_path / "generations"), "--out", str(out), "--device", "cpu",
+                           "--timing-budget", "1.5", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    verdict = next(r for r in records if r.get("kind") != "health")
+    assert verdict["status"] == "correct"
+    assert [(s["name"], s["held_out"]) for s in verdict["shapes"]] == [
+        ("default", False), ("batch_size=16 dim=4096", False), ("batch_size=37 dim=1500", True)]
+    report = subprocess.run([sys.executable, "-m", "kernelopt", "report", str(out)],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    for name in ("report.md", "report.html"):
+        text = (out / name).read_text()
+        assert "Input configurations" in text and "held out: geomean" in text
+        assert "[batch_size=37 dim=1500] (held out)" in text

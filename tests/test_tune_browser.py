@@ -180,3 +180,31 @@ def _alert_text(browser) -> str | None:
         return browser.switch_to.alert.text
     except NoAlertPresentException:
         return None
+
+
+def test_the_verdict_of_a_problem_with_several_input_configurations_shows_each(browser, monkeypatch, tmp_path):
+    """A hand-written candidate on a problem with SHAPES: the verdict tab lists every
+    configuration, held-out ones marked, beside the geometric-mean speedup."""
+    from selenium.webdriver.common.by import By
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    shaped = REPO / "tests" / "adversarial" / "problems" / "ShapedSoftmax.py"
+    copy = shaped.read_text().replace("class Model(", "class ModelNew(")
+    with ScriptedLLMServer(lambda body, index: answer(copy)) as llm:
+        session = Session.open(shaped, model="test-model", base_url=llm.url, device="cpu",
+                               store=tmp_path / "s.sqlite", eval_options=QUICK_EVAL)
+        submitted = session.submit(copy)
+        assert submitted.correct, submitted.verdict
+        with TuneServer(Workbench(session)) as tune:
+            browser.get(tune.url)
+            wait_for(browser, lambda d: node_status(d, 1) == "correct", "the hand-written candidate did not show")
+            click(browser, 'li.candidate[data-number="1"] > .node')
+            click(browser, '#tabs button[data-tab="verdict"]')
+            wait_for(browser, lambda d: "Input configurations" in d.find_element(By.ID, "verdict").text,
+                     "no configurations in the verdict")
+            rows = [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#verdict table.shapes tr")][1:]
+            shot = tmp_path / "shapes.png"
+            assert browser.save_screenshot(str(shot))
+    assert [row.split(" correct")[0] for row in rows] == [
+        "default", "batch_size=16 dim=4096", "batch_size=37 dim=1500 (held out)"]
+    assert all(row.endswith("%") for row in rows)  # each with its speedup and interval

@@ -312,15 +312,20 @@ def agent_fields(store: RunStore, run_id: str | None, summary: RunSummary | None
             "flags": list(best.flags) if best else [], "wall_s": summary.wall_s if summary else 0.0,
             "cost": round(sum(c["cost"] or 0.0 for c in calls), 6),
             "best_by_call": best_by_call(store, run_id) if run_id else [],
-            "profile": best_profile(store, run_id, best.candidate_id) if best and run_id else None}
+            **best_verdict_parts(store, run_id, best.candidate_id if best else None)}
 
 
-def best_profile(store: RunStore, run_id: str, candidate_id: int | None) -> dict | None:
-    """The best candidate's profile (--profile; refine, tree and evolve profile by default)."""
+def best_verdict_parts(store: RunStore, run_id: str | None, candidate_id: int | None) -> dict:
+    """Of the best candidate's stored verdict, what the report shows beside its speedup: its
+    profile (--profile; refine, tree and evolve profile by default) and, for a problem with
+    several input configurations, each one's verdict."""
+    if run_id is None or candidate_id is None:
+        return {"profile": None}
     for row in store.candidates_with_calls(run_id):
         if row["id"] == candidate_id and row.get("result"):
-            return json.loads(row["result"]).get("profile")
-    return None
+            verdict = json.loads(row["result"])
+            return {"profile": verdict.get("profile"), **({"shapes": verdict["shapes"]} if verdict.get("shapes") else {})}
+    return {"profile": None}
 
 
 def agent_status(summary: RunSummary) -> str:

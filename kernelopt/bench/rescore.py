@@ -156,6 +156,8 @@ def _verdict_record(solution: Solution, result, model: str) -> dict:
                      device_model=model)
     if result.profile is not None:  # --profile: where the time goes, for the report
         record["profile"] = result.profile.model_dump()
+    if result.shapes:  # each input configuration's verdict, for the report
+        record["shapes"] = [shape.model_dump() for shape in result.shapes]
     return record
 
 

@@ -178,6 +178,8 @@ def problem_rows(problems: list[dict], records: list[dict], mode: str = "solutio
             row.update({column: record.get(column) for column in (*AGENT_COLUMNS, "run_id")})
         if isinstance(record.get("profile"), dict):  # --profile: the best result's profile
             row["profile"] = record["profile"]
+        if isinstance(record.get("shapes"), list):  # the best result's input configurations
+            row["shapes"] = record["shapes"]
         rows.append(row)
     return rows
 

@@ -45,8 +45,8 @@ def render_html(report: dict, tables: dict[str, Table]) -> str:
     parts.append(best_by_call(report["plots"]["best_by_call"]))
     parts.append(fast_p(report["plots"]["fast_p_curve"]))
     parts.append(distribution(report["plots"]["speedup_distribution"]))
-    for name in ("distribution", "kinds", "health", "problems", "profiles"):
-        if name in tables:  # profiles: only where the pass ran with --profile
+    for name in ("distribution", "kinds", "health", "problems", "shapes", "profiles"):
+        if name in tables:  # shapes, profiles: only where a result has them
             parts.append(render_table(tables[name]))
     parts.append("</body></html>")
     return "\n".join(parts)

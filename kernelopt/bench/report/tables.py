@@ -5,6 +5,7 @@ html.py render these same tables, so the three files of a report never disagree.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from kernelopt.bench.report.data import AGENT_COLUMNS
@@ -41,6 +42,8 @@ def tables(report: dict) -> dict[str, Table]:
     result["kinds"] = _kinds_table(report["optimization_kinds"])
     result["health"] = _health_table(report["problems"])
     result["problems"] = _problems_table(report["problems"], report["mode"])
+    if any(r.get("shapes") for r in report["problems"]):
+        result["shapes"] = _shapes_table(report["problems"])
     if any(r.get("profile") for r in report["problems"]):
         result["profiles"] = _profiles_table(report["problems"])
     return result
@@ -124,6 +127,34 @@ def _problems_table(rows: list[dict], mode: str) -> Table:
         cells += [_plain(r.get(c)) for c in AGENT_COLUMNS] if agent else [str(r["attempts"])]
         body.append(cells)
     return Table("Problems", headers, body, "Each problem's best result.", key="problems")
+
+
+def _shapes_table(rows: list[dict]) -> Table:
+    """Problems with several input configurations: each one's reading, and the geometric means
+    of the shown and the held-out ones side by side (a search tuned to the shown sizes shows
+    as a gap between them)."""
+    body = []
+    for r in rows:
+        shapes = r.get("shapes") or []
+        if not shapes:
+            continue
+        cells = [f"[{s['name']}]{' (held out)' if s.get('held_out') else ''} "
+                 + (format_speedup(s["speedup"]) if s.get("speedup") is not None else str(s.get("status")))
+                 for s in shapes]
+        body.append([str(r["level"]), _id(r), r["name"], format_speedup(_geomean(shapes, False)),
+                     format_speedup(_geomean(shapes, True)), "; ".join(cells)])
+    return Table("Input configurations", ["level", "id", "name", "shown: geomean", "held out: geomean",
+                                          "configurations"], body,
+                 "Problems that declare several input configurations (docs/problems.md): the best result's "
+                 "speedup on each, and the geometric means of those shown in the prompt and of those held out.",
+                 key="shapes")
+
+
+def _geomean(shapes: list[dict], held_out: bool) -> float | None:
+    values = [s["speedup"] for s in shapes if bool(s.get("held_out")) == held_out and s.get("speedup")]
+    if not values or len(values) < sum(1 for s in shapes if bool(s.get("held_out")) == held_out):
+        return None  # one of them was not correct (or not judged)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _profiles_table(rows: list[dict]) -> Table:

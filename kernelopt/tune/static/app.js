@@ -165,6 +165,15 @@ function renderVerdict(detail) {
       el("td", {}, t.max_abs_error === null || t.max_abs_error === undefined ? "" : t.max_abs_error.toPrecision(3))));
   }
   const parts = [table, el("h3", {}, "Correctness trials"), trials];
+  if (v.shapes && v.shapes.length) {  // a problem with several input configurations: each one's verdict
+    const shapes = el("table", { class: "shapes" }, el("tr", {}, el("th", {}, "configuration"), el("th", {}, "status"), el("th", {}, "speedup")));
+    for (const s of v.shapes) {
+      const speed = s.speedup === null || s.speedup === undefined ? "" : `${s.speedup.toFixed(3)}x` +
+        (s.speedup_precision === null || s.speedup_precision === undefined ? "" : ` ±${(100 * s.speedup_precision).toFixed(1)}%`);
+      shapes.append(el("tr", {}, el("td", {}, s.name + (s.held_out ? " (held out)" : "")), el("td", {}, s.status), el("td", {}, speed)));
+    }
+    parts.push(el("h3", {}, "Input configurations ", el("span", { class: "help" }, "(the speedup above is their geometric mean)")), shapes);
+  }
   if (detail.tool_call) {  // --strategy agent: the tool call that judged it, and what the model read back
     const t = detail.tool_call;
     parts.push(el("h3", {}, `Tool call: ${t.name} `, el("span", { class: "help" }, `(conversation ${t.conversation}, turn ${t.turn}; the answer the model read)`)),
