@@ -164,6 +164,49 @@ def test_a_sequential_is_extracted_with_its_modules_built_in(tmp_path, fast_opti
     assert result.correct, result.message
 
 
+def test_a_spot_called_with_several_sizes_is_extracted_with_each_as_a_configuration(tmp_path, fast_options):
+    """The model calls one MLP on whole rows, twice, and on half-length rows: the extracted problem
+    declares the most frequent size as its own constants and the other as a configuration, and
+    an exact copy is judged correct on both."""
+    from kernelopt.kernelbench import problem_from_source
+    from kernelopt.model.extract import extract_spots
+    from kernelopt.model.loading import load_model
+    from kernelopt.model.profiler import profile_model
+    from kernelopt.sandbox import evaluate
+
+    path = tmp_path / "model.py"
+    path.write_text("""import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(16, 16), nn.GELU())
+
+    def forward(self, x):
+        return self.mlp(x) + self.mlp(x * 2) + self.mlp(x[:, :6]).sum()
+
+
+def get_inputs():
+    return [torch.randn(4, 10, 16)]
+
+
+def get_init_inputs():
+    return []
+""")
+    loaded = load_model(path)
+    profile = profile_model(loaded, forwards=1, split=1.0)
+    [mlp] = extract_spots(loaded, [profile.every["mlp"]])
+    problem = problem_from_source(mlp.source, path="mlp.py")
+    assert [s.name for s in problem.shapes] == ["default", "input0_shape=(4, 6, 16)"]
+    assert "input0_shape = (4, 10, 16)" in mlp.source and mlp.manifest_row()["shapes"] == 2
+    result = evaluate(problem, mlp.source + "\n\nclass ModelNew(Model):\n    pass\n",
+                      fast_options(correctness_trials=2, timing_budget=0.5))
+    assert result.correct, result.message
+    assert [s.status for s in result.shapes] == ["correct", "correct"]
+
+
 def test_compose_keeps_a_good_replacement_and_drops_one_wrong_in_context(capsys, tmp_path):
     """The non-contiguous Linear is correct alone (same values) but the attention views its output
     as contiguous: the end-to-end check catches it, and the composition is retried without it."""

@@ -19,8 +19,9 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelopt.kernelbench import syntax
+from kernelopt.kernelbench import problem_from_source, syntax
 from kernelopt.kernelbench.problem import REQUIRED_NAMES
+from kernelopt.kernelbench.shapes import HELD_OUT, SHOWN
 from kernelopt.model.loading import InitCall, LoadedModel, record_constructors
 
 _DATA_TESTS = re.compile(r"\.(item|any|all|tolist|nonzero)\(|\btorch\.(any|all|equal|isnan|isinf)\(|\bbool\(")
@@ -42,12 +43,13 @@ class Extracted:
     init_args: list = field(default_factory=list)   # get_init_inputs(): what a candidate is built with
     inputs: list = field(default_factory=list)      # the call signature the problem reproduces
     signatures: int = 1                             # distinct call signatures seen (the most frequent kept)
+    shapes: int = 1                                 # input configurations the problem declares
 
     def manifest_row(self) -> dict:
         row = {"module": self.path, "share": self.share}
         if self.file:
             row.update(file=self.file, constructor=self.constructor, init_args=self.init_args,
-                       inputs=self.inputs, signatures=self.signatures)
+                       inputs=self.inputs, signatures=self.signatures, shapes=self.shapes)
         else:
             row["reason"] = self.reason
         return row
@@ -64,6 +66,7 @@ def extract_spots(loaded: LoadedModel, spots, top: int | None = None) -> list[Ex
             item.source, item.constructor, item.imports, item.init_args = problem_source(
                 loaded, spot, constructors.get(spot.path))
             item.file = f"{index:02d}_{file_stem(spot.path)}.py"
+            item.shapes = max(1, len(problem_from_source(item.source, item.file).shapes))
         except NotExtractable as exc:
             item.reason = str(exc)
         out.append(item)
@@ -107,7 +110,7 @@ def problem_source(loaded: LoadedModel, spot, call: InitCall | None) -> tuple[st
             raise NotExtractable(f"it is called with a {arg['type']} argument, which cannot be written as a literal")
     constructor, import_lines, args, init = spot_constructor(loaded, call)
     base = class_name(loaded, cls, set())
-    inputs = [input_expression(a) for a in spot.inputs]
+    inputs, configurations = input_configurations(spot.inputs, getattr(spot, "other_inputs", []))
     body = model_code_without_entry_points(loaded.problem.source)
     header = (f'"""Hot spot `{spot.path}` ({cls.__name__}) of {Path(loaded.problem.path).name}, '
               f"{spot.share:.1%} of its forward time\n(`kernelopt model extract`). The model's code "
@@ -116,7 +119,7 @@ def problem_source(loaded: LoadedModel, spot, call: InitCall | None) -> tuple[st
     source = (header + import_lines + body.rstrip() + "\n\n\n# --- the hot spot as a problem ---\n\n"
               f"class Model({base}):\n"
               f'    """`{spot.path}` of the model: {constructor}."""\n'
-              + init + "\n\n"
+              + init + "\n\n" + configurations +
               "def get_inputs():\n"
               f"    return [{', '.join(inputs)}]\n\n\n"
               "def get_init_inputs():\n"
@@ -186,6 +189,9 @@ def model_code_without_entry_points(source: str) -> str:
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in REQUIRED_NAMES:
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             drop.update(range(first - 1, node.end_lineno or node.lineno))
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in (SHOWN, HELD_OUT)
+                                                  for t in node.targets):
+            drop.update(range(node.lineno - 1, node.end_lineno or node.lineno))  # the model's, not the spot's
     kept = [line for i, line in enumerate(lines) if i not in drop]
     return re.sub(r"\n{4,}", "\n\n\n", "\n".join(kept))
 
@@ -232,10 +238,31 @@ def kwargs_literal(kwargs: dict) -> str:
     return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in kwargs.items()) + "}"
 
 
-def input_expression(arg: dict) -> str:
+def input_configurations(common: list[dict], others: list[list[dict]]) -> tuple[list[str], str]:
+    """get_inputs()'s argument expressions, and the module code before it: for a spot the model
+    called with several sizes, a constant per tensor argument's shape and a SHAPES declaration
+    (kernelbench/shapes.py) of the other sizes seen, most frequent first; else nothing."""
+    tensors = [i for i, arg in enumerate(common) if "shape" in arg]
+    configurations: list[dict] = []
+    for args in others:
+        changed = {f"input{i}_shape": tuple(args[i]["shape"]) for i in tensors
+                   if args[i]["shape"] != common[i]["shape"]}
+        if changed and changed not in configurations:
+            configurations.append(changed)
+    if not configurations:
+        return [input_expression(a) for a in common], ""
+    constants = "".join(f"input{i}_shape = {tuple(common[i]['shape'])!r}\n" for i in tensors)
+    declared = ("# The sizes the model called this spot with, the most frequent first: a kernel must\n"
+                "# serve each (kernelopt judges every configuration).\n"
+                f"SHAPES = {[{}] + configurations!r}\n\n\n")
+    expressions = [input_expression(a, f"input{i}_shape" if i in tensors else None) for i, a in enumerate(common)]
+    return expressions, constants + declared
+
+
+def input_expression(arg: dict, shape_name: str | None = None) -> str:
     if "shape" not in arg:
         return arg["value"]
-    shape, dtype = tuple(arg["shape"]), f"torch.{arg['dtype']}"
+    shape, dtype = shape_name or tuple(arg["shape"]), f"torch.{arg['dtype']}"
     if arg["dtype"] == "bool":
         return f"torch.randint(0, 2, {shape}).bool()"
     if "low" in arg:   # integers (indices, token ids): the range seen

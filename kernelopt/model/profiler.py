@@ -57,6 +57,7 @@ class Spot:
     inputs: list[dict]             # the most frequent signature's arguments
     kwargs: list[str]              # keyword arguments' names seen (extraction refuses them)
     signatures: int                # distinct signatures seen
+    other_inputs: list[list[dict]]  # the next most frequent signatures that differ only in tensor shapes
     ops: list[str]                 # the ops that take most of its time (profiler, self time)
     free_bound: float | None       # end-to-end speedup if the spot took no time (Amdahl; None: unbounded)
     half_bound: float              # ... if it ran 2x faster
@@ -296,7 +297,8 @@ def summarize(name, device, forwards, cuda, inclusive, signatures, kinds, childr
         every[path] = (Spot(path=path, kind=kinds[path], ms=round(looked_through.get(path, 0.0) / 1000, 4),
                           share=round(share, 4), calls=round(len(seen) / forwards, 2),
                           inputs=common.args if common else [], kwargs=common.kwargs if common else [],
-                          signatures=len({s.key() for s in seen}), ops=top_ops(ops.get(path, {})),
+                          signatures=len({s.key() for s in seen}), other_inputs=other_shapes(seen, common),
+                          ops=top_ops(ops.get(path, {})),
                           free_bound=bounded(amdahl(share, None)), half_bound=round(amdahl(share, 2.0), 3)))
     spots = [every[path] for path in frontier(looked_through, set(signatures) | {ROOT}, children, split)]
     spots.sort(key=lambda s: -s.share)
@@ -341,3 +343,29 @@ def most_common(seen: list[Signature]) -> Signature | None:
         counts[s.key()] = counts.get(s.key(), 0) + 1
     best = max(counts, key=lambda key: counts[key])
     return next(s for s in seen if s.key() == best)
+
+
+OTHER_SHAPES_MAX = 3  # configurations an extracted problem declares beside its most frequent one
+
+
+def other_shapes(seen: list[Signature], common: Signature | None) -> list[list[dict]]:
+    """The arguments of the next most frequent signatures that differ from `common` only in
+    tensor shapes (same arguments, types and dtypes): the sizes the model really calls the spot
+    with, which its extracted problem declares as input configurations."""
+    if common is None:
+        return []
+    counts: dict[tuple, int] = {}
+    first: dict[tuple, Signature] = {}
+    for s in seen:
+        counts[s.key()] = counts.get(s.key(), 0) + 1
+        first.setdefault(s.key(), s)
+    ordered = sorted((k for k in counts if k != common.key()), key=lambda k: -counts[k])
+    return [first[k].args for k in ordered if _same_but_shapes(first[k], common)][:OTHER_SHAPES_MAX]
+
+
+def _same_but_shapes(one: Signature, other: Signature) -> bool:
+    if one.kwargs != other.kwargs or len(one.args) != len(other.args):
+        return False
+    return all({k: v for k, v in a.items() if k not in ("shape", "low", "high")}
+               == {k: v for k, v in b.items() if k not in ("shape", "low", "high")}
+               and ("shape" in a) == ("shape" in b) for a, b in zip(one.args, other.args))
