@@ -87,7 +87,10 @@ class Verdict:
         r = self.result
         rows = [("verdict", self.headline()), ("message", r.message),
                 ("flags", ", ".join(r.flags)), ("kinds", ", ".join(r.optimization_kinds)),
-                ("trials", ", ".join("passed" if t.passed else f"failed: {t.message}" for t in r.trials))]
+                ("trials", ", ".join("passed" if t.passed else f"failed: {t.message}" for t in r.trials)),
+                ("configurations", "; ".join(f"[{s.name}]{' (held out)' if s.held_out else ''} "
+                                             + (f"{s.speedup:.3f}x" if s.speedup is not None else s.status)
+                                             for s in r.shapes or []))]
         if r.reference_ms is not None:
             rows.append(("timing", f"reference {r.reference_ms:.4g} ms, candidate {r.candidate_ms:.4g} ms"))
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
