@@ -40,7 +40,7 @@ def judged(path: Path, options: EvalOptions) -> tuple[object, float]:
 
 def report(path: Path, runs: int, options: EvalOptions) -> list[str]:
     lines, walls_all, walls_one = [], [], []
-    per_shape: dict[str, list[float]] = {}
+    per_shape: dict[str, list[tuple[float, float]]] = {}
     statuses: list[str] = []
     for _ in range(runs):
         result, wall = judged(path, options)
@@ -50,16 +50,19 @@ def report(path: Path, runs: int, options: EvalOptions) -> list[str]:
         statuses.append(result.status)
         for shape in result.shapes or []:
             label = f"[{shape.name}]" + (" (held out)" if shape.held_out else "")
-            per_shape.setdefault(label, []).append(shape.speedup if shape.speedup is not None else float("nan"))
+            per_shape.setdefault(label, []).append((shape.speedup if shape.speedup is not None else float("nan"),
+                                                    shape.speedup_precision or 0.0))
         if not result.correct:
-            lines.append(f"| {path.name} | not correct: {result.status}: {result.message[:200]} | | |")
+            lines.append(f"| {path.name} | not correct: {result.status}: {result.message[:200]} | | | |")
     for label, values in per_shape.items():
-        inside = sum(LOW <= v <= HIGH for v in values)
-        lines.append(f"| {path.name} | {label} | {', '.join(f'{v:.3f}x' for v in values)} | {inside}/{len(values)} |")
+        inside = sum(LOW <= v <= HIGH for v, _ in values)
+        holds = sum(v * (1 - p) <= 1.0 <= v * (1 + p) for v, p in values)
+        readings = ", ".join(f"{v:.3f}x +-{p:.0%}" for v, p in values)
+        lines.append(f"| {path.name} | {label} | {readings} | {inside}/{len(values)} | {holds}/{len(values)} |")
     count = len(per_shape)
     lines.append(f"| {path.name} | all {count} configurations: {statuses.count('correct')}/{runs} correct | "
                  f"wall {statistics.median(walls_all):.1f} s vs {statistics.median(walls_one):.1f} s for one "
-                 f"(x{statistics.median(walls_all) / statistics.median(walls_one):.2f}) | |")
+                 f"(x{statistics.median(walls_all) / statistics.median(walls_one):.2f}) | | |")
     return lines
 
 
@@ -75,7 +78,8 @@ def main() -> None:
     lines = [f"# Exact copies of multi-configuration problems ({platform.node()}, {platform.processor() or ''}, "
              f"device {args.device}, timing budget {args.timing_budget} s shared by the configurations, "
              f"{args.runs} runs)", "",
-             f"| problem | configuration | speedup per run | within {LOW}x-{HIGH}x |", "|---|---|---|---|"]
+             f"| problem | configuration | speedup per run (95 % interval) | within {LOW}x-{HIGH}x | "
+             "interval holds 1x |", "|---|---|---|---|---|"]
     for path in args.problems:
         added = report(path, args.runs, options)
         lines.extend(added)
