@@ -221,3 +221,35 @@ def test_bench_records_each_configuration_and_the_report_sets_shown_beside_held_
         text = (out / name).read_text()
         assert "Input configurations" in text and "held out: geomean" in text
         assert "[batch_size=37 dim=1500] (held out)" in text
+
+
+def test_an_optimize_run_never_shows_the_model_a_held_out_configuration(monkeypatch, capsys, tmp_path):
+    """Through the real pipeline and client: the first candidate is tuned to the shown sizes and
+    fails on the held-out one; the next prompt says a held-out configuration failed, and no
+    prompt names its sizes. The stored verdicts name it, for the user."""
+    import json
+    import sqlite3
+
+    from llm_server import ScriptedLLMServer
+
+    from kernelopt.cli import main
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    tuned = _candidate("hacks/shape_tuned_to_the_shown_sizes.py")
+    honest = _candidate("honest/shaped_softmax_tuned_per_shape.py")
+    store = tmp_path / "s.sqlite"
+    with ScriptedLLMServer([f"```python\n{code}```" for code in (tuned, honest)]) as server:
+        code = main(["optimize", str(SHAPED_SOFTMAX), "--model", "test-model", "--base-url", server.url,
+                     "--store", str(store), "--budget", "2", "--strategy", "refine", "--device", "cpu",
+                     "--timing-budget", "1.5", "--correctness-trials", "2"])
+        prompts = server.user_texts()
+    assert code == 0, capsys.readouterr().err
+    assert len(prompts) == 2
+    for prompt in prompts:
+        assert not any(leak in prompt for leak in ("HELD_OUT_SHAPES", "dim=1500", '"dim": 1500', "37, 1500",
+                                                   "batch_size=37"))
+    assert "held-out input configuration" in prompts[1]
+    verdicts = [json.loads(r[0]) for r in sqlite3.connect(store).execute("SELECT result FROM evaluations ORDER BY id")]
+    assert verdicts[0]["status"] == "incorrect" and "batch_size=37 dim=1500" in verdicts[0]["message"]
+    assert verdicts[1]["status"] == "correct" and len(verdicts[1]["shapes"]) == 3
