@@ -169,7 +169,7 @@ def test_an_exact_copy_is_correct_on_every_configuration_held_out_included():
         ("batch_size=37 dim=1500", True, "correct")]
     speedups = [s.speedup for s in verdict.shapes]
     assert verdict.speedup == pytest.approx(math.prod(speedups) ** (1 / 3))
-    assert all(0.5 < s < 2.0 for s in speedups)  # an exact copy; the bench holds the tight range
+    assert all(0.25 < s < 4.0 for s in speedups)  # an exact copy, on a host the suite loads; the bench holds 0.8-1.25
     assert [s.name for s in shown_only.shapes] == ["default", "batch_size=16 dim=4096"]
 
 

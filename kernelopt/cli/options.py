@@ -53,17 +53,18 @@ SPELLINGS = {
     "element_checks": Spelling(metavar="N"),
     "build_cache": Spelling(metavar="DIR"),
     "shapes": Spelling(metavar="WHICH"),
+    "training_pass": Spelling(flags=("--pass",)),
 }
 
 # The referee's settings that eval and serve expose, in --help's order.
 JUDGING_FIELDS = ("device", "timeout", "memory_limit", "correctness_trials", "element_checks", "atol", "rtol",
                   "max_rel_error", "precision_policy", "isolation", "image", "timing_budget", "target_precision", "pin_timing",
-                  "seed", "build_mode", "build_cache", "profile", "shapes")
+                  "seed", "build_mode", "build_cache", "profile", "training_pass", "shapes")
 
 # Those an agent run (optimize, bench, generate) records and applies to each of its evaluations;
 # its device is chosen once for the whole run, apart from these.
 RUN_EVAL_FIELDS = ("timeout", "timing_budget", "correctness_trials", "isolation", "image", "build_mode", "profile",
-                   "shapes")
+                   "training_pass", "shapes")
 
 # What an option means for an agent run beyond a single evaluation.
 RUN_NOTES = {"profile": "; on by default with the refine, tree and evolve strategies, which show the model "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kernelopt.kernelbench import shapes as shape_declarations
 from kernelopt.kernelbench import syntax
+from kernelopt.kernelbench import training
 from kernelopt.kernelbench.shapes import Shape
 
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
@@ -50,6 +51,7 @@ class Problem:
     level: int | None
     content_hash: str
     shapes: tuple[Shape, ...] = ()
+    training_pass: str = "forward"  # the file's PASS (training.py)
 
     @property
     def short_hash(self) -> str:
@@ -63,8 +65,16 @@ class Problem:
     def for_shape(self, shape: Shape) -> Problem:
         """This problem as the one configuration `shape`: a plain problem of its own."""
         source = shape_declarations.source_for(self.source, shape)
+        return self._derived(source, training_pass=self.training_pass)
+
+    def for_training(self) -> Problem:
+        """This problem's training step (training.py) as a plain forward problem of its own."""
+        return self._derived(training.problem_source(self.source), training_pass="forward")
+
+    def _derived(self, source: str, training_pass: str) -> Problem:
         return Problem(path=self.path, source=source, name=self.name, problem_id=self.problem_id,
-                       level=self.level, content_hash=hashlib.sha256(source.encode("utf-8")).hexdigest())
+                       level=self.level, content_hash=hashlib.sha256(source.encode("utf-8")).hexdigest(),
+                       training_pass=training_pass)
 
 
 def load_problem(path: str | Path) -> Problem:
@@ -81,7 +91,7 @@ def load_problem(path: str | Path) -> Problem:
 
 def problem_from_source(source: str, path: str = "<memory>", name: str | None = None) -> Problem:
     """Validate problem source text that did not come from a file (e.g. a service request)."""
-    declared = check_problem_source(source, path)
+    declared, training_pass = check_problem_source(source, path)
     stem = Path(path).stem
     match = _FILE_NAME.match(stem)
     problem_id = int(match["id"]) if match else None
@@ -94,12 +104,13 @@ def problem_from_source(source: str, path: str = "<memory>", name: str | None = 
         level=_level_from_path(path),
         content_hash=hashlib.sha256(source.encode("utf-8")).hexdigest(),
         shapes=tuple(declared),
+        training_pass=training_pass,
     )
 
 
-def check_problem_source(source: str, path: str) -> list[Shape]:
+def check_problem_source(source: str, path: str) -> tuple[list[Shape], str]:
     """Raise ProblemError unless the source parses and defines the KernelBench names (and any
-    configurations it declares are usable); returns those configurations."""
+    configurations and pass it declares are usable); returns those configurations and the pass."""
     try:
         tree = syntax.parse(source, filename=path)
     except SyntaxError as exc:
@@ -113,8 +124,8 @@ def check_problem_source(source: str, path: str) -> list[Shape]:
     if defined["Model"] != "class":
         raise ProblemError(path, "`Model` must be a class (an nn.Module subclass)")
     try:
-        return shape_declarations.declared(tree)
-    except shape_declarations.ShapeError as exc:
+        return shape_declarations.declared(tree), training.declared_pass(tree)
+    except (shape_declarations.ShapeError, training.PassError) as exc:
         raise ProblemError(path, str(exc)) from None
 
 

@@ -40,8 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.kernelbench.shapes import select as select_shapes
-from kernelopt.sandbox import containment, device_slots, isolation, scratch, shaped
+from kernelopt.sandbox import containment, derived, device_slots, isolation, scratch
 from kernelopt.sandbox.calls import run_call, transport_for
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.fingerprints import Fingerprinter
@@ -103,12 +102,10 @@ class Evaluator:
         self._reference: _WarmReference | None = None
         self._candidates: _CandidateWorkers | None = None
         self._closed = False
-        # A problem with several input configurations: one Evaluator per configuration, each
-        # judging it as a plain problem (shaped.py combines their verdicts).
-        self._per_shape = [(shape, Evaluator(problem.for_shape(shape), shaped.options_for(self.options, len(chosen)),
-                                             jobs=jobs, keep_spare=keep_spare))
-                           for chosen in [select_shapes(list(problem.shapes), self.options.shapes)]
-                           for shape in chosen] if problem.shapes else []
+        # A problem judged as several plain ones (its input configurations, its training
+        # passes): an Evaluator for each (derived.py).
+        self._parts = derived.plan(problem, self.options,
+                                   lambda part, options: Evaluator(part, options, jobs=jobs, keep_spare=keep_spare))
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -124,7 +121,7 @@ class Evaluator:
         the background). Called by `with` and by the first evaluation."""
         if self._closed:
             raise RuntimeError("this Evaluator is closed")
-        if self._starter is not None or self._per_shape:  # each configuration's Evaluator starts on first use
+        if self._starter is not None or self._parts is not None:  # each part's Evaluator starts on first use
             return
         self._root = scratch.make_root()
         self._keeper = device_slots.start_keeper(self.device, self.backend.name)
@@ -148,8 +145,8 @@ class Evaluator:
         if self._closed:
             return
         self._closed = True
-        for _, evaluator in self._per_shape:
-            evaluator.close(at_once)
+        if self._parts is not None:
+            self._parts.close(at_once)
         if self._candidates is not None:
             self._candidates.close(at_once)
         if self._reference is not None:
@@ -187,8 +184,8 @@ class Evaluator:
         reference fails."""
         from kernelopt.kernelbench import ProblemError
 
-        if self._per_shape:  # the first configuration's reference
-            return self._per_shape[0][1].probe_reference(seeds)
+        if self._parts is not None:  # the first part's reference
+            return self._parts.probe_reference(seeds)
         self.start()
         worker = self._warm.ready()
         deadline = time.monotonic() + self.options.timeout
@@ -225,18 +222,12 @@ class Evaluator:
 
     def health(self) -> dict:
         """The reference's health (problem_health.check_health on this Evaluator's reference);
-        with several configurations, the first unhealthy one's (else the first's), named."""
+        for a problem judged in parts, the first unhealthy part's (else the first's), named."""
         from kernelopt.sandbox.problem_health import check_health
 
-        if not self._per_shape:
-            return check_health(self, self.options).as_dict()
-        reports = []
-        for shape, evaluator in self._per_shape:
-            report = {**evaluator.health(), "shape": shape.name}
-            if not report.get("healthy", True):
-                return report
-            reports.append(report)
-        return reports[0]
+        if self._parts is not None:
+            return self._parts.health()
+        return check_health(self, self.options).as_dict()
 
     @property
     def device_model(self) -> str:
@@ -259,9 +250,9 @@ class Evaluator:
         starting and loading (compiling) ahead. A verdict reached while loading (compile
         error, crash at import) is yielded at once."""
         self.start()
-        if self._per_shape:
+        if self._parts is not None:
             for index, source in enumerate(sources):
-                yield index, self._judge_shapes(source)
+                yield index, self._parts.evaluate(source, self.workers_used)
             return
         jobs = max(1, int(jobs or self.jobs))
         queue = deque(enumerate(sources))
@@ -286,17 +277,6 @@ class Evaluator:
                     yield index, result
             finally:
                 self._abandon(loading, loaded)
-
-    def _judge_shapes(self, source: str) -> EvalResult:
-        """One candidate on each configuration in turn, until one is not correct."""
-        judged = []
-        for shape, evaluator in self._per_shape:
-            result = evaluator.evaluate(source)
-            judged.append((shape, result))
-            self.workers_used.extend(evaluator.workers_used[-1:])
-            if not result.correct:
-                break
-        return shaped.combine(judged, len(self._per_shape))
 
     def _new_session(self, source: str, restock: bool) -> CandidateSession:
         serial = next(self._serials)

@@ -90,6 +90,10 @@ class EvalOptions(BaseModel):
                                              "calls (time share per kernel or op, roofline); advisory, see "
                                              "docs/referee.md")
 
+    training_pass: Literal["auto", "forward", "backward", "both"] = Field(
+        "auto", description="what is judged: the forward pass (KernelBench's), the training step (forward and "
+                            "backward: outputs and gradients, timed together), or both; auto: the problem's "
+                            "PASS, else forward (docs/training.md)")
     shapes: str = Field(
         "all", description="which of the problem's declared input configurations (SHAPES, HELD_OUT_SHAPES) are "
                            "judged: all, shown, held-out, or positions such as 1,3; a plain problem has one "
@@ -253,6 +257,25 @@ class Profile(BaseModel):
     seconds: float = Field(0.0, description="wall time of the profiling pass")
 
 
+class PassSpeedup(BaseModel):
+    """One pass of a training problem: its speedup and each side's time per call."""
+
+    speedup: float | None = None
+    reference_ms: float | None = None
+    candidate_ms: float | None = None
+    speedup_precision: float | None = Field(None, description="half the 95 % interval, relative (none for the "
+                                                              "backward: a difference of two measurements)")
+
+
+class Passes(BaseModel):
+    """A training problem's passes (--pass backward or both; docs/training.md)."""
+
+    forward: PassSpeedup | None = Field(None, description="the forward alone (--pass both)")
+    backward: PassSpeedup | None = Field(None, description="each side's step time less its forward time "
+                                                           "(--pass both)")
+    step: PassSpeedup = Field(description="forward and backward, as one training step: the verdict's speedup")
+
+
 class ShapeVerdict(BaseModel):
     """One input configuration's part of a verdict (a problem with SHAPES)."""
 
@@ -299,6 +322,9 @@ class EvalResult(BaseModel):
                                                                         "found in its cache")
     profile: Profile | None = Field(None, description="with --profile, after a correct verdict: where the time "
                                                       "goes (advisory, not part of the verdict)")
+    passes: Passes | None = Field(
+        None, description="for a training problem (--pass backward or both): the forward's, backward's and "
+                          "training step's speedups; the verdict's speedup is the step's (docs/training.md)")
     shapes: list[ShapeVerdict] | None = Field(
         None, description="for a problem that declares several input configurations: each one's verdict; the "
                           "speedup is then their geometric mean (docs/problems.md)")

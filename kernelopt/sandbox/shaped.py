@@ -23,9 +23,10 @@ def options_for(options: EvalOptions, count: int) -> EvalOptions:
     return options.model_copy(update={"timing_budget": options.timing_budget / max(1, count)})
 
 
-def combine(judged: list[tuple[Shape, EvalResult]], selected: int) -> EvalResult:
+def combine(parts: list[tuple[object, EvalResult]], selected: int) -> EvalResult:
     """The verdict on all configurations from each judged one's, in judging order (the last
     judged is the first that failed, if any); `selected`: how many were to be judged."""
+    judged = [(shape, result) for shape, result in parts if isinstance(shape, Shape)]
     verdicts = [_shape_verdict(shape, result) for shape, result in judged]
     failed = [(shape, result) for shape, result in judged if not result.correct]
     if failed:
