@@ -47,12 +47,13 @@ class PromptContext:
     backend: str
     device_desc: str
     hardware: list[str] = field(default_factory=list)  # facts about the device (sandbox/hardware.py)
+    training_pass: str = "forward"  # what the referee judges (kernelbench/training.py)
 
     def render(self, template: str, **values) -> str:
         return _env.get_template(template).render(
             reference_source=self.reference_source.strip(), problem_name=self.problem_name,
             backend=self.backend, kernel=KERNEL_BACKENDS[self.backend], device_desc=self.device_desc,
-            hardware=self.hardware, **values).strip() + "\n"
+            hardware=self.hardware, training_pass=self.training_pass, **values).strip() + "\n"
 
     def messages(self, template: str, **values) -> list[dict]:
         return [{"role": "system", "content": self.render("system.j2")},
@@ -83,6 +84,10 @@ def feedback_text(result) -> str:
         noise = f" +-{precision:.0%} (95% interval: smaller differences are noise)" if precision is not None else ""
         lines.append(f"timing: reference {result.reference_ms:.4g} ms, candidate {result.candidate_ms:.4g} ms, "
                      f"speedup {result.speedup:.3f}x{noise}")
+        if result.passes is not None:
+            lines.append("passes: " + ", ".join(f"{name} {p.speedup:.3f}x" for name, p in (
+                ("forward", result.passes.forward), ("backward", result.passes.backward),
+                ("training step", result.passes.step)) if p is not None and p.speedup is not None))
     failed = [t for t in result.trials if not t.passed]
     for trial in failed[:3]:
         stats = ", ".join(f"{name} {value:.3g}" for name, value in (

@@ -28,6 +28,7 @@ from kernelopt.agent.budget import Budget, BudgetLimits
 from kernelopt.agent.prompting import PromptContext
 from kernelopt.agent.store import RunStore, new_run_id
 from kernelopt.agent.strategies import Progress, Strategy, make_strategy, with_eval_defaults
+from kernelopt.kernelbench.training import effective_pass
 from kernelopt.kernelbench import Problem, problem_from_source
 from kernelopt.kernelbench.backends import resolve_backend
 from kernelopt.sandbox import EvalOptions
@@ -146,7 +147,8 @@ def build_pipeline(run: SearchRun, budget: Budget, on_event=None) -> AttemptPipe
     backend = resolve_backend(config.backend, device)  # BackendError (ValueError) when it cannot run there
     hardware = run.judge.hardware if run.judge is not None else describe_hardware(device)
     prompts = PromptContext(reference_source=run.problem.shown_source, problem_name=run.problem.name,
-                            backend=backend, device_desc=hardware.summary, hardware=hardware.facts)
+                            backend=backend, device_desc=hardware.summary, hardware=hardware.facts,
+                            training_pass=effective_pass(eval_options.training_pass, run.problem.training_pass))
     return AttemptPipeline(run, budget=budget, eval_options=eval_options, prompts=prompts, on_event=on_event)
 
 

@@ -87,6 +87,9 @@ class _KerneloptTrainingStep(_kernelopt_torch.nn.Module):
                     tensors.append(out)
                     grads.append(upstream[at:at + out.numel()].reshape(out.shape).to(out.dtype))
                     at += out.numel()
+            if not tensors:
+                raise RuntimeError("kernelopt: no output of the model is a floating-point tensor that requires grad, "
+                                   "so there is no backward pass to judge: judge the forward pass (--pass forward)")
             _kernelopt_torch.autograd.backward(tensors, grads)
         gradients = [x.grad if x.grad is not None else _kernelopt_torch.zeros_like(x)
                      for x in leaves if isinstance(x, _kernelopt_torch.Tensor) and x.requires_grad]

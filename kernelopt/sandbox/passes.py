@@ -17,6 +17,10 @@ _LABELS = {"forward": "in the forward pass", "step": "in the training step (forw
                                                      "gradients)"}
 
 
+_STEP_OUTPUTS = (" (the step's outputs, in order: the forward's outputs, then the gradients of the floating-point "
+                 "inputs, then those of the parameters in Model.parameters() order)")
+
+
 def candidate_step(source: str) -> str:
     """The candidate's source as the training step judges it."""
     return training.candidate_source(source)
@@ -30,7 +34,7 @@ def combine(judged: list[tuple[object, EvalResult]]) -> EvalResult:
     if failed is not None:
         key, result = failed
         combined = result.model_copy(deep=True)
-        combined.message = f"{_LABELS[key]}: {result.message}"
+        combined.message = f"{_LABELS[key]}: {result.message}" + (_STEP_OUTPUTS if key == "step" else "")
     else:
         combined = by_part["step"].model_copy(deep=True)
         combined.passes = _passes(by_part.get("forward"), by_part["step"])

@@ -35,6 +35,14 @@ Define `class ModelNew(torch.nn.Module)` with the same constructor arguments and
 using custom kernels where they pay. Reply with the complete program in one ```python block."""
 
 
+TRAINING_NOTE = """
+
+The referee judges a training step: the outputs and the gradients of every floating-point input and \
+parameter, for a random upstream gradient, forward and backward timed together. Keep `Model`'s parameters \
+(same order and shapes); autograd or a `torch.autograd.Function` with your own backward may compute the \
+gradients."""
+
+
 class EpisodeError(ValueError):
     """Settings an episode cannot run with; the message says what to change."""
 
@@ -148,7 +156,8 @@ def _unscorable(error: RewardServiceError) -> dict:
 
 def first_prompt(problem: Problem) -> str:
     """The opening user message of an episode on `problem`: the reference and what to answer."""
-    return FIRST_PROMPT.format(name=problem.name, source=problem.shown_source.strip())
+    prompt = FIRST_PROMPT.format(name=problem.name, source=problem.shown_source.strip())
+    return prompt + (TRAINING_NOTE if problem.training_pass != "forward" else "")
 
 
 def problem_label(problem: Problem, label: str = "source") -> str:
