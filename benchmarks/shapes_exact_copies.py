@@ -1,11 +1,12 @@
-"""Exact copies of the problems that declare several input configurations, judged several times:
-every configuration must be correct and each speedup near 1x (issue 45's acceptance: within
-0.8x-1.25x), and the cost of judging N configurations beside one.
+"""Exact copies of the problems judged in parts, several times: every input configuration
+(issue 45) and every pass of a training problem (issue 44) must be correct and each speedup near
+1x (within 0.8x-1.25x, the interval holding 1x), and the cost beside one part.
 
-For each problem file (default: examples/shapes/*.py and the corpus's ShapedSoftmax), a copy
-(`class Model(` renamed `ModelNew`) is judged `--runs` times, each with a fresh Evaluator and
-every configuration; then, side by side in the same loop, the same copy against the file's own
-configuration alone (`--shapes 1`), for the cost ratio. Markdown on stdout (and in --out).
+For each problem file (default: examples/shapes/*.py, the corpus's ShapedSoftmax and
+examples/training/*.py), a copy (`class Model(` renamed `ModelNew`) is judged `--runs` times,
+each with a fresh Evaluator and every part; then, side by side in the same loop, the same copy
+judged as one part (`--shapes 1`, or `--pass forward` for a training problem), for the cost
+ratio. Markdown on stdout (and in --out).
 
     .venv/bin/python benchmarks/shapes_exact_copies.py [--runs 3] [--device cpu] [--timing-budget 10]
         [--out FILE.md]
@@ -24,7 +25,7 @@ from kernelopt.sandbox import EvalOptions, Evaluator
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PROBLEMS = sorted((REPO / "examples" / "shapes").glob("*.py")) + [
-    REPO / "tests" / "adversarial" / "problems" / "ShapedSoftmax.py"]
+    REPO / "tests" / "adversarial" / "problems" / "ShapedSoftmax.py"] + sorted((REPO / "examples" / "training").glob("*.py"))
 LOW, HIGH = 0.8, 1.25
 
 
@@ -44,7 +45,8 @@ def report(path: Path, runs: int, options: EvalOptions) -> list[str]:
     statuses: list[str] = []
     for _ in range(runs):
         result, wall = judged(path, options)
-        alone, wall_one = judged(path, options.model_copy(update={"shapes": "1"}))
+        one_part = {"shapes": "1"} if load_problem(path).shapes else {"training_pass": "forward"}
+        alone, wall_one = judged(path, options.model_copy(update=one_part))
         walls_all.append(wall)
         walls_one.append(wall_one)
         statuses.append(result.status)
@@ -52,6 +54,11 @@ def report(path: Path, runs: int, options: EvalOptions) -> list[str]:
             label = f"[{shape.name}]" + (" (held out)" if shape.held_out else "")
             per_shape.setdefault(label, []).append((shape.speedup if shape.speedup is not None else float("nan"),
                                                     shape.speedup_precision or 0.0))
+        passes = result.passes
+        for name, part in ((("forward", passes.forward), ("backward (step less forward)", passes.backward),
+                            ("training step", passes.step)) if passes is not None else ()):
+            if part is not None and part.speedup is not None:
+                per_shape.setdefault(name, []).append((part.speedup, part.speedup_precision or 0.0))
         if not result.correct:
             lines.append(f"| {path.name} | not correct: {result.status}: {result.message[:200]} | | | |")
     for label, values in per_shape.items():
@@ -60,7 +67,7 @@ def report(path: Path, runs: int, options: EvalOptions) -> list[str]:
         readings = ", ".join(f"{v:.3f}x +-{p:.0%}" for v, p in values)
         lines.append(f"| {path.name} | {label} | {readings} | {inside}/{len(values)} | {holds}/{len(values)} |")
     count = len(per_shape)
-    lines.append(f"| {path.name} | all {count} configurations: {statuses.count('correct')}/{runs} correct | "
+    lines.append(f"| {path.name} | all {count} parts: {statuses.count('correct')}/{runs} correct | "
                  f"wall {statistics.median(walls_all):.1f} s vs {statistics.median(walls_one):.1f} s for one "
                  f"(x{statistics.median(walls_all) / statistics.median(walls_one):.2f}) | | |")
     return lines
