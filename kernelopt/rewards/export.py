@@ -99,6 +99,7 @@ def _row(record: dict) -> dict:
         "optimization_kinds": list(verdict.get("optimization_kinds") or []),
         "flags": list(verdict.get("flags") or []),
         "shapes": verdict.get("shapes"),
+        "passes": verdict.get("passes"),
         "message": message,
         "strategy_data": record.get("strategy_data") or {},
     }
