@@ -176,3 +176,17 @@ def test_optimize_with_pass_both_runs_end_to_end_through_the_loopback_llm(monkey
     verdicts = [json.loads(r[0]) for r in sqlite3.connect(store).execute("SELECT result FROM evaluations ORDER BY id")]
     assert verdicts[0]["status"] == "incorrect"
     assert verdicts[1]["status"] == "correct" and set(verdicts[1]["passes"]) == {"forward", "backward", "step"}
+
+
+def test_a_training_problem_with_several_configurations_is_judged_in_each_pass_of_each(tmp_path):
+    from kernelopt.sandbox import evaluate
+
+    source = LINEAR_RELU.read_text().replace('PASS = "backward"', 'PASS = "both"') + \
+        'SHAPES = [{}, {"batch_size": 7}]\n'
+    problem = problem_from_source(source, str(tmp_path / "1_ShapedTrain.py"))
+    verdict = evaluate(problem, source.replace("class Model(", "class ModelNew("), OPTIONS)
+    assert verdict.correct, verdict.message
+    assert [s.name for s in verdict.shapes] == ["default", "batch_size=7"]
+    # Each pass's speedup over the configurations is their geometric mean, the step's the verdict's.
+    assert verdict.passes is not None and verdict.passes.step.speedup == pytest.approx(verdict.speedup)
+    assert verdict.passes.forward is not None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from kernelopt.kernelbench.shapes import Shape
-from kernelopt.sandbox.results import Check, EvalOptions, EvalResult, ShapeVerdict
+from kernelopt.sandbox.results import Check, EvalOptions, EvalResult, Passes, PassSpeedup, ShapeVerdict
 
 
 def options_for(options: EvalOptions, count: int) -> EvalOptions:
@@ -58,6 +58,7 @@ def _geometric_mean(judged: list[tuple[Shape, EvalResult]]) -> EvalResult:
     timing.wall_speedup = _geomean([w for w in walls if w is not None]) if None not in walls else None
     timing.remeasured = any(t.remeasured for t in timings)
     timing.method += f"; geometric mean over {len(timings)} input configurations (each in `shapes`)"
+    combined.passes = _passes_geomean([r.passes for r in results])
     combined.speedup = timing.speedup
     combined.reference_ms, combined.candidate_ms = timing.reference_ms, timing.candidate_ms
     combined.trials = [trial for r in results for trial in r.trials]
@@ -90,6 +91,28 @@ def prompt_view(result: EvalResult) -> EvalResult:
         view.message = (f"correct on all {len(shown) + len(held)} input configurations ({len(held)} held out, not "
                         f"shown); geometric-mean speedup {result.speedup:.3f}x; shown: {per_shape}")
     return view
+
+
+def _passes_geomean(each: list[Passes | None]) -> Passes | None:
+    """A training problem's passes over the configurations: each pass's geometric mean (where
+    every configuration has it), as the verdict's speedup is the step's."""
+    if not each or any(p is None for p in each):
+        return None
+    found = [p for p in each if p is not None]
+
+    def mean(parts: list[PassSpeedup | None]) -> PassSpeedup | None:
+        if any(part is None or part.speedup is None or not part.reference_ms or not part.candidate_ms
+               for part in parts):
+            return None
+        return PassSpeedup(reference_ms=_geomean([p.reference_ms for p in parts]),  # type: ignore[misc, union-attr]
+                           candidate_ms=_geomean([p.candidate_ms for p in parts]),  # type: ignore[misc, union-attr]
+                           speedup=_geomean([p.speedup for p in parts]),  # type: ignore[misc, union-attr]
+                           speedup_precision=_combined_precision([p.speedup_precision for p in parts]))  # type: ignore[union-attr]
+
+    step = mean([p.step for p in found])
+    if step is None:
+        return None
+    return Passes(forward=mean([p.forward for p in found]), backward=mean([p.backward for p in found]), step=step)
 
 
 def _shape_verdict(shape: Shape, result: EvalResult) -> ShapeVerdict:
