@@ -404,3 +404,69 @@ def test_the_chatter_filter_passes_everything_else_through(capfd):
         os.write(2, b"USDT:2026-11-28 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"a warning of the program's\n")
     assert capfd.readouterr().err == "a warning of the program's\n"
+
+
+def test_a_training_profile_counts_each_backward_op_for_the_module_whose_forward_made_it(capsys, tmp_path):
+    """A model whose second block is cheap forward and costly backward (a custom Function that
+    spins in its backward): profiled as training steps, that block's share grows past the
+    forward-only profile's, and its extracted problem asks to be judged as a training step."""
+    path = tmp_path / "model.py"
+    path.write_text('''import torch
+import torch.nn as nn
+
+
+class SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        for _ in range(200):
+            g = g * 1.0001 / 1.0001
+        return g * 2
+
+
+class Heavy(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        for _ in range(8):
+            x = torch.tanh(self.linear(x))
+        return x
+
+
+class Light(nn.Module):
+    def forward(self, x):
+        return SlowBackward.apply(x)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heavy = Heavy(256)
+        self.light = Light()
+
+    def forward(self, x):
+        return self.light(self.heavy(x))
+
+
+def get_inputs():
+    return [torch.randn(64, 256)]
+
+
+def get_init_inputs():
+    return []
+''')
+    forward = run_json(capsys, ["model", "profile", str(path), "--forwards", "3", "--json"])
+    training = run_json(capsys, ["model", "profile", str(path), "--forwards", "3", "--pass", "both", "--json"])
+    share = {run: {s["path"]: s["share"] for s in found["spots"]} for run, found in (("f", forward), ("t", training))}
+    assert share["t"]["light"] > 2 * share["f"]["light"] and share["t"]["light"] > 0.2, share
+    out = tmp_path / "spots"
+    manifest = run_json(capsys, ["model", "extract", str(path), "--top", "1", "--pass", "both", "--out", str(out),
+                                 "--forwards", "2", "--json"])
+    from kernelopt.kernelbench import load_problem
+
+    assert load_problem(out / manifest["problems"][0]["file"]).training_pass == "both"

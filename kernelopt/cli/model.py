@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kernelopt.cli.errors import EXIT_OK, UsageError
 from kernelopt.cli.model_shared import add_profile_options, compose_and_report, composition_text_for, load_and_profile
+from kernelopt.cli.model_shared import profiled_pass
 from kernelopt.cli.options import add_judging_options, judging_options
 
 
@@ -80,7 +81,7 @@ def run_extract(args) -> int:
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, not {args.top}")
     loaded, profile = load_and_profile(args)
-    items = extract_spots(loaded, profile.spots, args.top)
+    items = extract_spots(loaded, profile.spots, args.top, training_pass=profiled_pass(args, loaded.problem))
     manifest = write_extracted(items, Path(args.out), args.model_file, profile.to_json())
     if args.json:
         print(manifest.read_text(encoding="utf-8").strip().replace("\n", " "))

@@ -12,6 +12,7 @@ from kernelopt.cli.agent_setup import add_output_flags, add_search_options, chec
 from kernelopt.cli.agent_setup import missing_endpoint, new_config, stored_run, usage_errors
 from kernelopt.cli.errors import EXIT_OK, EXIT_RUN_FAILED, EnvironmentFailure, UsageError
 from kernelopt.cli.model_shared import add_profile_options, compose_and_report, composition_text_for, load_and_profile
+from kernelopt.cli.model_shared import profiled_pass
 
 
 def add_optimize_command(sub) -> None:
@@ -101,7 +102,7 @@ def new_plan(args, loaded, profile, store, out: Path) -> dict:
     share and LLM calls (its run is added when it starts), so that --resume finds them."""
     from kernelopt.model.extract import extract_spots, write_extracted
 
-    items = extract_spots(loaded, profile.spots, args.top)
+    items = extract_spots(loaded, profile.spots, args.top, training_pass=profiled_pass(args, loaded.problem))
     write_extracted(items, out / "problems", args.model_file, profile.to_json())
     extracted = [i for i in items if i.file]
     if not extracted:

@@ -21,6 +21,12 @@ def add_profile_options(p, device: bool = True) -> None:
     p.add_argument("--split", type=float, default=0.35, metavar="SHARE",
                    help="a spot holding more than this share of the time is split into its submodules "
                         "(default 0.35)")
+    if device:  # commands that judge take --pass with the referee's options
+        p.add_argument("--pass", dest="training_pass", choices=("auto", "forward", "backward", "both"),
+                       default="auto", help="profile the forward, or training steps (forward and backward: "
+                                            "backward ops count for the module whose forward made them); "
+                                            "extracted problems then ask for the same pass; auto: the model "
+                                            "file's PASS, else forward (docs/training.md)")
 
 
 def load_and_profile(args):
@@ -46,9 +52,18 @@ def load_and_profile(args):
         raise UsageError(f"--device must be cpu, cuda or cuda:N, not {device!r}")
     try:
         loaded = load_model(args.model_file, device=device)
-        return loaded, profile_model(loaded, device=device, forwards=args.forwards, split=args.split)
+        return loaded, profile_model(loaded, device=device, forwards=args.forwards, split=args.split,
+                                     training=profiled_pass(args, loaded.problem) != "forward")
     except ProblemError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def profiled_pass(args, problem) -> str:
+    """The pass a model command profiles and extracts for: --pass, or the model file's PASS."""
+    from kernelopt.kernelbench.training import effective_pass
+
+    option = getattr(args, "training_pass", None) or "auto"
+    return effective_pass(option, problem.training_pass)
 
 
 def compose_and_report(loaded, profile, replacements, options, out: Path, alone: dict | None = None) -> dict:

@@ -22,6 +22,7 @@ from pathlib import Path
 from kernelopt.kernelbench import problem_from_source, syntax
 from kernelopt.kernelbench.problem import REQUIRED_NAMES
 from kernelopt.kernelbench.shapes import HELD_OUT, SHOWN
+from kernelopt.kernelbench.training import PASS_NAME
 from kernelopt.model.loading import InitCall, LoadedModel, record_constructors
 
 _DATA_TESTS = re.compile(r"\.(item|any|all|tolist|nonzero)\(|\btorch\.(any|all|equal|isnan|isinf)\(|\bbool\(")
@@ -55,8 +56,9 @@ class Extracted:
         return row
 
 
-def extract_spots(loaded: LoadedModel, spots, top: int | None = None) -> list[Extracted]:
-    """The top hot spots (a ModelProfile's, in order), each extracted or refused with a reason."""
+def extract_spots(loaded: LoadedModel, spots, top: int | None = None, training_pass: str = "forward") -> list[Extracted]:
+    """The top hot spots (a ModelProfile's, in order), each extracted or refused with a reason;
+    `training_pass`: what the problems ask to be judged (kernelbench/training.py's PASS)."""
     constructors = record_constructors(loaded)
     chosen = spots if top is None else spots[:top]
     out = []
@@ -64,7 +66,7 @@ def extract_spots(loaded: LoadedModel, spots, top: int | None = None) -> list[Ex
         item = Extracted(path=spot.path, share=spot.share, inputs=spot.inputs, signatures=spot.signatures)
         try:
             item.source, item.constructor, item.imports, item.init_args = problem_source(
-                loaded, spot, constructors.get(spot.path))
+                loaded, spot, constructors.get(spot.path), training_pass)
             item.file = f"{index:02d}_{file_stem(spot.path)}.py"
             item.shapes = max(1, len(problem_from_source(item.source, item.file).shapes))
         except NotExtractable as exc:
@@ -91,7 +93,8 @@ def file_stem(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", path).strip("_") or "model"
 
 
-def problem_source(loaded: LoadedModel, spot, call: InitCall | None) -> tuple[str, str, str, list]:
+def problem_source(loaded: LoadedModel, spot, call: InitCall | None,
+                   training_pass: str = "forward") -> tuple[str, str, str, list]:
     """(source, constructor expression, its imports, init args) or NotExtractable."""
     module = loaded.model.get_submodule(spot.path)
     cls = type(module)
@@ -116,7 +119,9 @@ def problem_source(loaded: LoadedModel, spot, call: InitCall | None) -> tuple[st
               f"{spot.share:.1%} of its forward time\n(`kernelopt model extract`). The model's code "
               f"follows; the problem is its `{spot.path}`\nsubmodule, on the inputs it was seen with."
               f'\n"""\n\n')
-    source = (header + import_lines + body.rstrip() + "\n\n\n# --- the hot spot as a problem ---\n\n"
+    asked = (f"# Judged as a training step (docs/training.md).\nPASS = {training_pass!r}\n\n"
+             if training_pass != "forward" else "")
+    source = (header + import_lines + body.rstrip() + "\n\n\n# --- the hot spot as a problem ---\n\n" + asked +
               f"class Model({base}):\n"
               f'    """`{spot.path}` of the model: {constructor}."""\n'
               + init + "\n\n" + configurations +
@@ -192,6 +197,8 @@ def model_code_without_entry_points(source: str) -> str:
         elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in (SHOWN, HELD_OUT)
                                                   for t in node.targets):
             drop.update(range(node.lineno - 1, node.end_lineno or node.lineno))  # the model's, not the spot's
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == PASS_NAME for t in node.targets):
+            drop.update(range(node.lineno - 1, node.end_lineno or node.lineno))  # the spot's own PASS follows
     kept = [line for i, line in enumerate(lines) if i not in drop]
     return re.sub(r"\n{4,}", "\n\n\n", "\n".join(kept))
 

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 
 RANGE = "kernelopt.module::"
+STEP = "kernelopt.step::"          # one profiled forward (and backward, when training)
+BACKWARD = "autograd::engine::evaluate_function: "
 ROOT = ""
 COVERED = 0.75    # a spot is split only where its submodules hold this much of its time
 
@@ -104,9 +106,11 @@ def combined_amdahl(parts: list[tuple[float, float]]) -> float:
 
 
 def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int = 2, split: float = 0.35,
-                  threads: int = 1) -> ModelProfile:
+                  threads: int = 1, training: bool = False) -> ModelProfile:
     """Profiles `forwards` calls of the loaded model's forward (after `warmup`), single-threaded
-    on the CPU like the referee's timed calls."""
+    on the CPU like the referee's timed calls; `training`: each a training step, the forward and
+    the backward for a random upstream gradient, whose backward ops count for the module whose
+    forward op made them (`attribute_training`)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -145,16 +149,18 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int =
             lambda m, a, k, o, p=path: post(m, a, k, o, p), with_kwargs=True))
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    run = training_step(model, inputs) if training else (lambda: model(*inputs))
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(training):
             for _ in range(warmup):
-                model(*inputs)
+                run()
             if cuda:
                 torch.cuda.synchronize()
             recording[0] = True
             with without_profiler_chatter(), profile(activities=activities) as prof:
-                for _ in range(forwards):
-                    model(*inputs)
+                for index in range(forwards):
+                    with record_function(f"{STEP}{index}"):
+                        run()
                 if cuda:
                     torch.cuda.synchronize()
             recording[0] = False
@@ -162,8 +168,11 @@ def profile_model(loaded, device: str = "cpu", forwards: int = 10, warmup: int =
         for handle in handles:
             handle.remove()
         torch.set_num_threads(previous_threads)
-    device_times, ops = attribute(prof.events(), cuda)
-    inclusive = device_times if cuda else fastest(thread_times)
+    if training:
+        inclusive, ops = attribute_training(prof.events(), cuda)
+    else:
+        device_times, ops = attribute(prof.events(), cuda)
+        inclusive = device_times if cuda else fastest(thread_times)
     kinds = {path: type(m).__name__ for path, m in model.named_modules()}
     children = child_paths(model)
     found = summarize(loaded.problem.name, device, forwards, cuda, inclusive, signatures, kinds, children, split, ops)
@@ -369,3 +378,74 @@ def _same_but_shapes(one: Signature, other: Signature) -> bool:
     return all({k: v for k, v in a.items() if k not in ("shape", "low", "high")}
                == {k: v for k, v in b.items() if k not in ("shape", "low", "high")}
                and ("shape" in a) == ("shape" in b) for a, b in zip(one.args, other.args))
+
+
+def training_step(model, inputs):
+    """One training step of the model, as the referee judges one (kernelbench/training.py):
+    the floating-point inputs as leaves, the forward, the backward for a random upstream
+    gradient drawn once, and the gradients cleared for the next step."""
+    import torch
+
+    leaves = [x.detach().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+              for x in inputs]
+    upstream: list = []
+
+    def run():
+        outputs = model(*leaves)
+        outputs = [o for o in (outputs if isinstance(outputs, (tuple, list)) else (outputs,))
+                   if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not outputs:
+            raise RuntimeError("no output of the model requires grad: there is no backward pass to profile")
+        if not upstream:
+            upstream.extend(torch.randn_like(o) for o in outputs)
+        torch.autograd.backward(outputs, upstream)
+        for tensor in [*leaves, *model.parameters()]:
+            if isinstance(tensor, torch.Tensor):
+                tensor.grad = None
+
+    return run
+
+
+def attribute_training(events, cuda: bool) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Like `attribute`, over whole training steps: a forward op's time goes to the innermost
+    module range around it; a backward op's to the module whose forward op made its autograd
+    node (the same sequence number); what belongs to no module (gradient accumulation) to the
+    model alone. Each step is one profiled STEP range, by time (on a GPU the backward runs on
+    the autograd engine's own thread, outside the step's range)."""
+    from torch.autograd import DeviceType
+
+    cpu = [e for e in events if e.device_type == DeviceType.CPU]
+    steps = sorted((e.time_range.start, e.time_range.end) for e in cpu if e.name.startswith(STEP))
+    made_by: dict[int, str] = {}
+    for event in cpu:
+        range_node = _innermost(event, RANGE)
+        if event.sequence_nr >= 0 and range_node is not None and not event.name.startswith(BACKWARD):
+            made_by.setdefault(event.sequence_nr, range_node.name[len(RANGE):])
+    per_step: dict[int, dict[str, float]] = {}
+    ops: dict[str, dict[str, float]] = {}
+    for event in cpu:
+        own = (getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0.0)) \
+            if cuda else event.self_cpu_time_total
+        step = next((i for i, (start, end) in enumerate(steps) if start <= event.time_range.start <= end), None)
+        if not own or step is None:
+            continue
+        range_node, node = _innermost(event, RANGE), _innermost(event, BACKWARD)
+        path = range_node.name[len(RANGE):] if range_node is not None else \
+            made_by.get(node.sequence_nr, ROOT) if node is not None else ROOT
+        totals = per_step.setdefault(step, {})
+        named = ops.setdefault(path, {})
+        named[event.name] = named.get(event.name, 0.0) + own
+        while True:   # the module and every module around it
+            totals[path] = totals.get(path, 0.0) + own
+            if path == ROOT:
+                break
+            path = path.rpartition(".")[0]
+    return fastest(list(per_step.values())), ops
+
+
+def _innermost(event, prefix: str):
+    """The event itself or its nearest enclosing event whose name starts with `prefix`."""
+    node = event
+    while node is not None and not node.name.startswith(prefix):
+        node = node.cpu_parent
+    return node
