@@ -190,3 +190,64 @@ def test_a_training_problem_with_several_configurations_is_judged_in_each_pass_o
     # Each pass's speedup over the configurations is their geometric mean, the step's the verdict's.
     assert verdict.passes is not None and verdict.passes.step.speedup == pytest.approx(verdict.speedup)
     assert verdict.passes.forward is not None
+
+
+CUDA_RELU_BACKWARD = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_SOURCE = """
+#include <torch/extension.h>
+__global__ void relu_backward_kernel(const float* g, const float* y, float* out, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = y[i] > 0.f ? g[i] : 0.f;
+}
+torch::Tensor relu_backward(torch::Tensor g, torch::Tensor y) {
+    auto gc = g.contiguous();
+    auto out = torch::empty_like(gc);
+    long n = gc.numel();
+    relu_backward_kernel<<<(n + 255) / 256, 256>>>(gc.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), n);
+    return out;
+}
+"""
+_ext = load_inline("train_relu_backward", cpp_sources="torch::Tensor relu_backward(torch::Tensor g, torch::Tensor y);",
+                   cuda_sources=_SOURCE, functions=["relu_backward"])
+
+
+class _ReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clamp_min(0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return _ext.relu_backward(g, y)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int):
+        super().__init__()
+        self.linear = nn.Linear(features, features)
+
+    def forward(self, x):
+        return _ReLU.apply(self.linear(x))
+'''
+
+
+@pytest.mark.gpu
+def test_a_cuda_custom_backward_is_judged_on_the_gpu():
+    """A ReLU whose backward is a CUDA kernel (load_inline), on the GPU: outputs and every
+    gradient correct; the exact copy and the bundled RMS norm's closed-form backward too."""
+    from kernelopt.sandbox import evaluate
+
+    options = EvalOptions(device="cuda", timing_budget=3.0, timeout=600, correctness_trials=3)
+    verdict = evaluate(load_problem(LINEAR_RELU), CUDA_RELU_BACKWARD, options)
+    assert verdict.correct, verdict.message
+    assert verdict.passes is not None and verdict.environment.device.startswith("cuda")
+    rms = load_problem(TRAINING / "1_RMSNorm.py")
+    fused = evaluate(rms, (TRAINING / "candidates" / "1_RMSNorm" / "fused_backward.py").read_text(), options)
+    assert fused.correct and fused.passes.backward is not None, fused.message
