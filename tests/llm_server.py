@@ -496,3 +496,30 @@ class ScriptedLLMServer:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve scripted answers on loopback until interrupted: try `kernelopt optimize`, `runs`,
+    `export` and agent-mode `bench` without an LLM endpoint (docs/getting-started.md). Each
+    answer is one of the given program files in a ```python block, in turn (the last repeats)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("programs", nargs="+", metavar="CANDIDATE.py", help="the answers, in order")
+    parser.add_argument("--model", default="scripted", help="the model name it serves (default scripted)")
+    parser.add_argument("--api-key", default=None, help="a key it requires (default: none, as a loopback server)")
+    args = parser.parse_args(argv)
+    answers = [f"Here is a candidate.\n\n```python\n{open(path, encoding='utf-8').read()}```" for path in args.programs]
+    with ScriptedLLMServer(answers, models=(args.model,), api_key=args.api_key) as server:
+        print(f"serving {len(answers)} scripted answer(s) as model {args.model!r} at {server.url}\n"
+              f"  kernelopt optimize PROBLEM.py --base-url {server.url} --model {args.model}\n"
+              "(Ctrl-C stops it)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

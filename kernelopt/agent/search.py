@@ -115,8 +115,12 @@ def run_search(run: SearchRun, out_dir: Path,
     pipeline's own."""
     config, run_id = run.config, run.run_id
     budget = Budget(BudgetLimits(**config.limits))
-    pipeline = build_pipeline(run, budget, on_event)
-    strategy = make_strategy(config.strategy, **config.strategy_options)
+    try:
+        pipeline = build_pipeline(run, budget, on_event)
+        strategy = make_strategy(config.strategy, **config.strategy_options)
+    except KeyboardInterrupt:  # before the search began: nothing judged, the run is not left "running"
+        run.store.set_run_status(run_id, "interrupted", None, "interrupted by the user")
+        raise
     started = time.monotonic()
     status, error = "finished", None
     try:

@@ -87,9 +87,32 @@ def add_field_option(group, name: str, *, flags: tuple[str, ...] = (), default: 
                            help=help_text(field.description, None if unset else value) + note)
         return
     kind, choices = argument_kind(field.annotation)
-    group.add_argument(*(flags or spelling.flags or (flag_of(name),)), dest=name, type=spelling.type or kind,
+    convert: Callable[[str], Any] | None = spelling.type or kind
+    if kind in (int, float) and spelling.type is None and field.metadata:
+        convert = bounded(kind, field.metadata)
+    group.add_argument(*(flags or spelling.flags or (flag_of(name),)), dest=name, type=convert,
                        choices=choices, default=None if unset else value, metavar=spelling.metavar,
                        help=help_text(field.description, value) + note)
+
+
+def bounded(kind: type, metadata: list) -> Callable[[str], Any]:
+    """A number type for argparse that also keeps the field's bounds (gt, ge, le), so that a bad
+    value is refused with the option's name rather than as a validation error of EvalOptions."""
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {'whole ' if kind is int else ''}number: {text!r}") from None
+        for bound in metadata:
+            for attribute, holds, says in (("gt", lambda v, b: v > b, "above"), ("ge", lambda v, b: v >= b, "at least"),
+                                           ("le", lambda v, b: v <= b, "at most")):
+                limit = getattr(bound, attribute, None)
+                if limit is not None and not holds(value, limit):
+                    raise argparse.ArgumentTypeError(f"must be {says} {limit}, not {text}")
+        return value
+
+    convert.__name__ = kind.__name__  # argparse names the type in its messages
+    return convert
 
 
 def flag_of(name: str) -> str:
@@ -189,14 +212,36 @@ def add_samples_options(group, required: bool = False) -> None:
                        "agent: replies per conversation (default 8)")
 
 
+def positive_int(text: str) -> int:
+    """An integer of at least 1, for argparse (a budget of 0 would start a run that can do nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def add_budget_options(p, title: str) -> None:
     budget = p.add_argument_group(title)
-    budget.add_argument("--budget", type=int, default=None, metavar="N", help="LLM calls (default 8)")
-    budget.add_argument("--max-tokens-total", type=int, default=None, metavar="N", help="prompt + completion tokens")
-    budget.add_argument("--max-cost", type=float, default=None, metavar="USD",
+    budget.add_argument("--budget", type=positive_int, default=None, metavar="N", help="LLM calls (default 8)")
+    budget.add_argument("--max-tokens-total", type=positive_int, default=None, metavar="N",
+                        help="prompt + completion tokens")
+    budget.add_argument("--max-cost", type=positive_float, default=None, metavar="USD",
                         help="dollars (needs --price or a price table entry for the model)")
-    budget.add_argument("--max-evals", type=int, default=None, metavar="N", help="evaluations")
-    budget.add_argument("--max-wall", type=float, default=None, metavar="S", help="wall-clock seconds")
+    budget.add_argument("--max-evals", type=positive_int, default=None, metavar="N", help="evaluations")
+    budget.add_argument("--max-wall", type=positive_float, default=None, metavar="S", help="wall-clock seconds")
     budget.add_argument("--target-speedup", type=float, default=None, metavar="X",
                         help="stop once a correct candidate reaches X")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kernelopt.kernelbench import Problem
+from kernelopt.kernelbench.shapes import Shape, ShapeError
 from kernelopt.kernelbench.shapes import select as select_shapes
 from kernelopt.kernelbench.training import effective_pass
 from kernelopt.sandbox import passes, shaped
@@ -79,6 +80,10 @@ class Parts:
 def plan(problem: Problem, options: EvalOptions, make: MakeEvaluator) -> Parts | None:
     """The parts `problem` is judged as under `options`, or None for a plain forward problem.
     Raises ValueError (ShapeError) for a --shapes selection the problem cannot give."""
+    if not problem.shapes:
+        select_shapes([Shape(())], options.shapes)  # a plain problem is one configuration: ShapeError otherwise
+        if options.shapes == "held-out":
+            raise ShapeError("--shapes held-out: the problem declares no held-out configuration (HELD_OUT_SHAPES)")
     if problem.shapes:
         chosen = select_shapes(list(problem.shapes), options.shapes)
         each = shaped.options_for(options, len(chosen))

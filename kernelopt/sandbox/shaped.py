@@ -63,7 +63,7 @@ def _geometric_mean(judged: list[tuple[Shape, EvalResult]]) -> EvalResult:
     combined.reference_ms, combined.candidate_ms = timing.reference_ms, timing.candidate_ms
     combined.trials = [trial for r in results for trial in r.trials]
     per_shape = ", ".join(f"{_label(s)} {r.speedup:.3f}x" for s, r in judged if r.speedup is not None)
-    combined.message = (f"correct on all {len(results)} input configurations; geometric-mean speedup "
+    combined.message = (f"correct on {_configurations(len(results))}; geometric-mean speedup "
                         f"{combined.speedup:.3f}x" + (f" +-{timing.speedup_precision:.1%}"
                                                       if timing.speedup_precision is not None else "")
                         + f" ({per_shape})")
@@ -113,6 +113,10 @@ def _passes_geomean(each: list[Passes | None]) -> Passes | None:
     if step is None:
         return None
     return Passes(forward=mean([p.forward for p in found]), backward=mean([p.backward for p in found]), step=step)
+
+
+def _configurations(count: int) -> str:
+    return "its one selected input configuration" if count == 1 else f"all {count} input configurations"
 
 
 def _shape_verdict(shape: Shape, result: EvalResult) -> ShapeVerdict:

@@ -89,7 +89,7 @@ def best_by_call(series: dict | None) -> str:
     lines = [charts.Series(item["problem"], [(c, b) for c, b in item["points"]],
                            color=charts.PALETTE[index % len(charts.PALETTE)], css="problem")
              for index, item in enumerate(series["problems"]) if item["points"]]
-    lines.append(charts.Series("geomean over the set (no correct kernel faster than the reference: 1x)",
+    lines.append(charts.Series("geomean over the set (a problem without a faster correct kernel counts as 1x)",
                                list(zip(series["calls"], series["geomean_with_fallback"])), bold=True,
                                markers=True, css="geomean"))
     svg = charts.line_chart(lines, "Best correct speedup after each LLM call", "LLM calls", "speedup",
