@@ -17,6 +17,7 @@ import jinja2
 
 from kernelopt.kernelbench.backends import BACKENDS as KERNEL_BACKENDS
 from kernelopt.kernelbench.backends import default_backend
+from kernelopt.sandbox.physics import sol_text
 from kernelopt.sandbox.shaped import prompt_view
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "prompts"
@@ -88,6 +89,9 @@ def feedback_text(result) -> str:
             lines.append("passes: " + ", ".join(f"{name} {p.speedup:.3f}x" for name, p in (
                 ("forward", result.passes.forward), ("backward", result.passes.backward),
                 ("training step", result.passes.step)) if p is not None and p.speedup is not None))
+        sol = sol_text(result.timing)
+        if sol:
+            lines.append(sol)
     failed = [t for t in result.trials if not t.passed]
     for trial in failed[:3]:
         stats = ", ".join(f"{name} {value:.3g}" for name, value in (

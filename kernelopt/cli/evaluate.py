@@ -100,9 +100,14 @@ def print_result(result, as_json: bool, candidate: Path | None = None) -> None:
 
 
 def summary_text(result) -> str:
-    """The verdict's summary, then its profile's table (--profile, correct candidates)."""
+    """The verdict's summary, its speed of light (correct candidates), then its profile's table
+    (--profile)."""
+    from kernelopt.sandbox.physics import sol_text
+
+    sol = sol_text(result.timing)
+    text = result.summary() + (f"\n{sol}" if sol else "")
     if result.profile is None:
-        return result.summary()
+        return text
     from kernelopt.sandbox.profiling import table
 
-    return f"{result.summary()}\nprofile (advisory, outside the timed calls):\n{table(result.profile)}"
+    return f"{text}\nprofile (advisory, outside the timed calls):\n{table(result.profile)}"

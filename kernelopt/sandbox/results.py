@@ -26,7 +26,7 @@ Flag = Literal[
     "patched_runtime", "python_threads", "native_threads", "child_processes", "output_not_plain_tensor",
     "output_aliases_input", "input_mutation", "inputs_differ", "inconsistent_outputs", "reduced_precision",
     "memory_limit", "custom_kernel_unused", "timing_inconsistent", "output_ignores_input", "protocol_violation",
-    "harness_object_not_plain", "violation", "uncontained",
+    "harness_object_not_plain", "violation", "uncontained", "faster_than_physics",
 ]
 RETIRED_FLAGS: frozenset[str] = frozenset({"timing_inconsistent", "harness_object_not_plain"})
 FLAGS: frozenset[str] = frozenset(get_args(Flag)) - RETIRED_FLAGS
@@ -152,6 +152,22 @@ class Timing(BaseModel):
                           "spread between fresh worker processes, in quadrature")
     remeasured: bool = False
     speedups_measured: list[float] = Field(default_factory=list)
+    # The physical floor (sandbox/physics.py; docs/referee.md, "The physical floor").
+    floor_ms: float | None = Field(
+        None, description="no call can take less: the bytes one call must move (inputs read once, outputs written "
+                          "once) at the device's fastest memory; None where no ceiling is known or the reference "
+                          "ran below it (floor_note)")
+    floor_bytes: int | None = Field(None, description="the bytes the floor rests on")
+    floor_bandwidth_gbs: float | None = Field(None, description="the ceiling bandwidth the floor rests on, GB/s")
+    floor_source: str | None = Field(
+        None, description="where the ceiling comes from: measured (once per machine, cached), datasheet (a known "
+                          "GPU) or override ($KERNELOPT_CEILING_BANDWIDTH)")
+    floor_basis: str | None = Field(None, description="what the floor rests on, in words")
+    floor_note: str | None = Field(None, description="why no floor is used (the reference measured below it)")
+    reference_sol: float | None = Field(
+        None, description="the reference's fraction of speed of light: floor_ms / reference_ms (1.0: at the floor)")
+    candidate_sol: float | None = Field(
+        None, description="the candidate's fraction of speed of light: floor_ms / candidate_ms")
 
     @property
     def speedup(self) -> float:

@@ -26,7 +26,7 @@ from typing import cast
 from pathlib import Path
 
 from kernelopt.kernelbench import Problem
-from kernelopt.sandbox import calls, census, correctness, every_element, isolation, kinds, profiling, rules
+from kernelopt.sandbox import calls, census, correctness, every_element, isolation, kinds, physics, profiling, rules
 from kernelopt.sandbox.build_serving import BuildServer
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device import default_memory_limit, timing_cpus
@@ -254,11 +254,19 @@ class CandidateSession:
     def _measure(self) -> None:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
                              self.bytes_per_call, self._call_census, self.findings,
-                             self._transport(), judge_dependence=self.judge_timed_dependence, kept=self.kept)
+                             self._transport(), judge_dependence=self.judge_timed_dependence, kept=self.kept,
+                             floor=self._floor())
         try:
             self.timing = rounds.measure(timer, self.checks)
         finally:
             self.compared_calls = timer.compared
+
+    def _floor(self) -> physics.Floor | None:
+        """The physical floor of one call: its inputs and outputs (counted on the reference's
+        trials) at the device's ceiling, measured on the host once per machine (physics.py)."""
+        device_name = (self.environment or {}).get("device_name")
+        return physics.floor_for(self.device, device_name if isinstance(device_name, str) else None,
+                                 self.bytes_per_call)
 
     def _check_elements(self) -> None:
         """The every-element check right after the timed calls, with nothing between them that
@@ -312,7 +320,7 @@ class CandidateSession:
     def _correct_message(self) -> str:
         t = self.timing
         assert t is not None
-        note = " (re-measured: outlier)" if t.remeasured else ""
+        note = " (re-measured)" if t.remeasured else ""
         return (f"all {len(self.trials)} trials matched the reference, and {t.candidate.samples} timed calls "
                 f"(all {self.compared_calls} compared in full); "
                 f"speedup {t.speedup:.3f}x +-{t.speedup_precision:.1%} (95% interval){note}")
@@ -333,6 +341,7 @@ class CandidateSession:
         all_flags = list(dict.fromkeys(flag for v in found for flag in v.flags))
         fired = list(dict.fromkeys(v.rule for v in found))
         timing = self.timing if status == "correct" else None
+        warnings = [timing.floor_note] if timing is not None and timing.floor_note else []
         self.durations["total"] = round(time.monotonic() - self.started, 4)
         return EvalResult(
             status=cast(Status, status), correct=status == "correct", speedup=timing.speedup if timing else None,
@@ -343,7 +352,7 @@ class CandidateSession:
             isolation=self._isolation(), environment=Environment(**self.environment) if self.environment else None,
             compile_log=verdict.log if verdict is not None else "",
             candidate_output=self.candidate.log_tail() if self.candidate else "",
-            durations=self.durations, builds=self.builds.records,
+            durations=self.durations, builds=self.builds.records, warnings=warnings,
         )
 
     def _isolation(self) -> Isolation:

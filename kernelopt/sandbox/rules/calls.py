@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kernelopt.sandbox import compare
+from kernelopt.sandbox.physics import RULE_MARGIN, Floor
 from kernelopt.sandbox.records import CallRecord
 from kernelopt.sandbox.results import TrialResult
 from kernelopt.sandbox.rules.registry import FLAGGED, Verdict, make_verdict, rule
@@ -116,6 +117,18 @@ def output_ignores_elements(finding: str | None) -> Verdict | None:
     if not finding:
         return None
     return make_verdict("output_ignores_elements", f"every input element must count: {finding}")
+
+
+@rule("faster_than_physics", status="rejected", flag="faster_than_physics",
+      family="times below the physical floor (a forged or impossible time)")
+def faster_than_physics(candidate_ms: float, floor: Floor | None, measurements: int) -> Verdict | None:
+    """The candidate's mean time per call is below the physical floor (its bytes at the device's fastest memory) by more than the margin, in a re-measurement too."""
+    if floor is None or not floor.impossible(candidate_ms):
+        return None
+    return make_verdict("faster_than_physics", (
+        f"the candidate's mean time per call, {candidate_ms:.4g} ms, is below the physical floor of "
+        f"{floor.ms:.4g} ms / {RULE_MARGIN:g} in {measurements} measurement(s): {floor.basis()}. No call can move "
+        "its inputs and outputs that fast, so the time is not a real one (docs/referee.md, 'The physical floor')"))
 
 
 # -- labels ---------------------------------------------------------------------------------

@@ -77,6 +77,9 @@ NO_CORPUS_EXAMPLE: dict[str, str] = {
     "host_memory_taken": "needs a machine whose available memory a candidate can exhaust; tests/test_host_memory.py "
                          "fakes the machine's available memory around real workers",
     "memory_limit": "the memory hogs end as memory_limit or as a worker death, by which the allocator hits first",
+    "faster_than_physics": "the host's clocks time every call, so no candidate can make its measured time impossibly "
+                           "small (hacks/timer_report_zero_time.py tries and gains nothing); tests/test_physics.py "
+                           "lowers the ceiling ($KERNELOPT_CEILING_BANDWIDTH) and checks that the rule fires end to end",
 }
 
 

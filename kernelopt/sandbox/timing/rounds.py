@@ -18,6 +18,7 @@ from kernelopt.sandbox import census, compare, correctness, rules
 from kernelopt.sandbox.calls import Call, run_call
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.every_element import Kept
+from kernelopt.sandbox.physics import Floor
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerProcess
 from kernelopt.sandbox.records import InputSet, Round, SideRound
 from kernelopt.sandbox.results import Check, EvalOptions, Timing
@@ -51,6 +52,7 @@ class Timer:
     transport: str
     judge_dependence: bool = True
     kept: Kept | None = None  # answered calls for the every-element check (every_element.py)
+    floor: Floor | None = None  # the physical floor of one call (physics.py), where a ceiling is known
     compared: int = 0  # timed calls compared in full (all of them)
     dependence: compare.InputDependence = field(init=False)
 
@@ -59,24 +61,56 @@ class Timer:
 
 
 def measure(timer: Timer, checks: list[Check]) -> Timing:
-    """The timing phase, again once when the speedup is an outlier (the lower one is kept).
-    Its checks go to `checks` as they are made (a rejection keeps them)."""
-    result = timing_phase(timer, checks)
-    speedups = [result.speedup]
-    if speedups[0] > timer.options.outlier_speedup:
-        again = timing_phase(timer, checks)
-        speedups.append(again.speedup)
-        if speedups[1] < speedups[0]:
-            result = again
-        result.remeasured = True
-    result.speedups_measured = [round(s, 6) for s in speedups]
+    """The timing phase, again once when the speedup is an outlier or the candidate's time is
+    below the physical floor (the lower speedup is kept; a time below the floor in both is
+    rejected). Its checks go to `checks` as they are made (a rejection keeps them)."""
+    phases = [timing_phase(timer, checks)]
+    floor, note = usable_floor(timer.floor, phases)
+    if phases[0].speedup > timer.options.outlier_speedup or (floor is not None
+                                                              and floor.impossible(phases[0].candidate_ms)):
+        phases.append(timing_phase(timer, checks))
+        floor, note = usable_floor(timer.floor, phases)
+    result = min(phases, key=lambda p: p.speedup)
+    result.remeasured = len(phases) > 1
+    result.speedups_measured = [round(p.speedup, 6) for p in phases]
+    with_floor(result, floor, note)
     # Every timed call is a check: its outputs are compared in full, and judged for input
     # dependence like the trials, so a candidate that computes while it believes itself checked
     # and guesses a degenerate output while timed fails here.
     ignored = timer.dependence.verdict()
     checks.append(Check(name="timed_output_follows_input", passed=ignored is None, detail=ignored or ""))
     rules.enforce(rules.timed_output_ignores_input(ignored))
+    # A time below the floor is measured twice before it is believed, and then it is not.
+    if len(phases) == 2:
+        rules.enforce(rules.faster_than_physics(max(p.candidate_ms for p in phases), floor, len(phases)))
+    checks.append(Check(name="above_physical_floor", passed=True,
+                        detail=f"floor {floor.ms:.4g} ms: {floor.basis()}" if floor else note or "no ceiling known"))
     return result
+
+
+def usable_floor(floor: Floor | None, phases: list[Timing]) -> tuple[Floor | None, str | None]:
+    """The floor, unless the trusted reference measured below it in a timing phase: then the
+    floor is wrong (a ceiling too low for this machine), never the candidate's fault, and none
+    is used; the note says why."""
+    if floor is None:
+        return None, None
+    below = [p.reference_ms for p in phases if p.reference_ms < floor.ms]
+    if not below:
+        return floor, None
+    return None, (f"the reference measured {min(below):.4g} ms per call, below the physical floor of "
+                  f"{floor.ms:.4g} ms ({floor.basis()}): the ceiling is too low for this machine, so no floor "
+                  "is used (set $KERNELOPT_CEILING_BANDWIDTH, or delete the cached measurement)")
+
+
+def with_floor(timing: Timing, floor: Floor | None, note: str | None) -> None:
+    """The verdict's floor and each side's fraction of speed of light, or why there is none."""
+    timing.floor_note = note
+    if floor is None:
+        return
+    timing.floor_ms, timing.floor_bytes = floor.ms, floor.bytes
+    timing.floor_bandwidth_gbs, timing.floor_source = floor.ceiling.bandwidth_gbs, floor.ceiling.source
+    timing.floor_basis = floor.basis()
+    timing.reference_sol, timing.candidate_sol = floor.sol(timing.reference_ms), floor.sol(timing.candidate_ms)
 
 
 def timing_phase(timer: Timer, checks: list[Check]) -> Timing:
