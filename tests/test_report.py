@@ -379,3 +379,23 @@ def test_metrics_against_each_baseline_get_a_table(solutions_run, capsys):
     assert "| all | 6 | 4 | 0.67 | 0.50 | 0.50 | 0.00 | 0.33 | 0.33 | 0.41x |" in markdown
     html = (folder / "report.html").read_text()
     assert "Metrics against &lt;compile&gt;" in html and "0.42x" in html and "<compile>" not in html
+
+
+def test_verdicts_with_a_physical_floor_get_a_speed_of_light_table(tmp_path, capsys):
+    problems = problem_set(tmp_path, [(1, 1, "ReLU"), (1, 2, "Tanh"), (1, 3, "Sum")])
+    floored = verdict(1, 1, 0, "correct", 2.0, ["pytorch"])
+    floored["timing"] = {"reference_ms": 1.0, "candidate_ms": 0.5, "floor_ms": 0.05, "floor_source": "measured",
+                         "reference_sol": 0.05, "candidate_sol": 0.1}
+    older = verdict(1, 2, 0, "correct", 1.5, ["pytorch"])
+    older["timing"] = {"reference_ms": 1.0, "candidate_ms": 0.66}  # stored before the floor: no row
+    wrong = verdict(1, 3, 0, "incorrect")
+    wrong["timing"] = {"floor_ms": 0.05}  # not correct: no row
+    folder = tmp_path / "run"
+    write_run(folder, problems, [floored, older, wrong], "solutions")
+    code, _, _ = report(capsys, folder)
+    assert code == 0
+    markdown = (folder / "report.md").read_text()
+    assert "## Speed of light" in markdown
+    assert "| level | id | name | best speedup | candidate SOL | reference SOL | floor ms | ceiling |" in markdown
+    assert "| 1 | 1 | ReLU | 2.00x | 10.0% | 5.0% | 0.05 | measured |" in markdown
+    assert "| 1 | 2 | Tanh |" not in markdown.split("## Speed of light")[1].split("##")[0]

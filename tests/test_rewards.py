@@ -157,6 +157,10 @@ def test_sol_is_half_at_the_reference_one_at_the_roofline_and_bounded():
     verdict = {"status": "correct", "speedup": 2.0, "reference_ms": 2.0, "profile": {"roofline": {"bound_ms": 0.5}}}
     assert Outcome.from_result(verdict).sol_fraction == 0.25 and sol(Outcome.from_result(verdict)) == 0.75
     assert Outcome.from_result({"status": "correct", "speedup": 2.0, "reference_ms": 2.0}).sol_fraction is None
+    # Without a profile, the verdict's physical floor is T_SOL; a profile's roofline comes first.
+    floored = {"status": "correct", "speedup": 2.0, "reference_ms": 2.0, "timing": {"floor_ms": 0.1}}
+    assert Outcome.from_result(floored).sol_fraction == pytest.approx(0.05)
+    assert Outcome.from_result({**floored, **verdict}).sol_fraction == 0.25
 
 
 def test_milestone_pays_the_highest_step_reached():

@@ -181,13 +181,15 @@ def _record(solution: Solution, status: str, speedup: float | None = None, messa
 
 
 def _timing_summary(result) -> dict | None:
-    """What a verdict's speedup rests on, kept in the record: both sides' times and the
-    relative half-width of the speedup's 95 % interval (None when the candidate was not timed)."""
+    """What a verdict's speedup rests on, kept in the record: both sides' times, the relative
+    half-width of the speedup's 95 % interval and the physical floor with each side's fraction of
+    speed of light (None when the candidate was not timed)."""
     t = result.timing
     if t is None:
         return None
     return {"reference_ms": t.reference_ms, "candidate_ms": t.candidate_ms,
             "speedup_precision": t.speedup_precision, "wall_speedup": t.wall_speedup,
-            "samples": t.candidate.samples, "remeasured": t.remeasured}
+            "samples": t.candidate.samples, "remeasured": t.remeasured, "floor_ms": t.floor_ms,
+            "floor_source": t.floor_source, "reference_sol": t.reference_sol, "candidate_sol": t.candidate_sol}
 
 

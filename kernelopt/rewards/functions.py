@@ -11,7 +11,8 @@ speedup (reference time / candidate time) of a correct candidate:
                  candidate, however slow, is worth less than a broken one.
 - `sol`:         the speed-of-light score in [0, 1] (SOL-ExecBench): 1 / (1 + (T_k - T_SOL) /
                  (T_b - T_SOL)), 0.5 at the reference, 1 at the roofline bound that the
-                 profile pass computes (s / (1 + s) without it).
+                 profile pass computes, else at the verdict's physical floor (s / (1 + s)
+                 without either).
 - `milestone`:   the highest step reached: `correct` (0.25), faster than eager by `margin`
                  (`eager`, 0.5), faster than torch.compile by `margin` (`beyond_compile`, 1),
                  the last from the cached compile baseline (`Outcome.compile_speedup`).
@@ -107,8 +108,10 @@ class Outcome:
 
 
 def _sol_fraction(data: Mapping) -> float | None:
-    """T_SOL / T_b: the profile pass's roofline bound (docs/referee.md) over the reference's time."""
-    bound = (((data.get("profile") or {}).get("roofline")) or {}).get("bound_ms")
+    """T_SOL / T_b: the profile pass's roofline bound (docs/referee.md) over the reference's time;
+    without one, the verdict's physical floor (`timing.floor_ms`)."""
+    bound = (((data.get("profile") or {}).get("roofline")) or {}).get("bound_ms") \
+        or (data.get("timing") or {}).get("floor_ms")
     reference = data.get("reference_ms")
     return float(bound) / float(reference) if bound and reference else None
 

@@ -176,6 +176,10 @@ def problem_rows(problems: list[dict], records: list[dict], mode: str = "solutio
                "message": str(record.get("message") or record.get("error") or "")[:500], "attempts": attempts[key]}
         if record.get("kind") == "agent":
             row.update({column: record.get(column) for column in (*AGENT_COLUMNS, "run_id")})
+        timing = record.get("timing")
+        if outcome.correct and isinstance(timing, dict) and isinstance(timing.get("floor_ms"), (int, float)):
+            row["sol"] = {key: timing.get(key) for key in ("floor_ms", "floor_source", "reference_sol",
+                                                          "candidate_sol")}
         if isinstance(record.get("profile"), dict):  # --profile: the best result's profile
             row["profile"] = record["profile"]
         if isinstance(record.get("shapes"), list):  # the best result's input configurations

@@ -1,5 +1,6 @@
 """The report laid out: the tables (metrics, one per baseline, distribution, kinds, health,
-problems, profiles where a pass ran with --profile) and the headline sentence, from the data build_report gives. Both markdown.py and
+problems, speed of light where verdicts carry a physical floor, profiles where a pass ran with
+--profile) and the headline sentence, from the data build_report gives. Both markdown.py and
 html.py render these same tables, so the three files of a report never disagree.
 """
 
@@ -44,6 +45,8 @@ def tables(report: dict) -> dict[str, Table]:
     result["problems"] = _problems_table(report["problems"], report["mode"])
     if any(r.get("shapes") for r in report["problems"]):
         result["shapes"] = _shapes_table(report["problems"])
+    if any(r.get("sol") for r in report["problems"]):
+        result["sol"] = _sol_table(report["problems"])
     if any(r.get("profile") for r in report["problems"]):
         result["profiles"] = _profiles_table(report["problems"])
     return result
@@ -155,6 +158,25 @@ def _geomean(shapes: list[dict], held_out: bool) -> float | None:
     if not values or len(values) < sum(1 for s in shapes if bool(s.get("held_out")) == held_out):
         return None  # one of them was not correct (or not judged)
     return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _sol_table(rows: list[dict]) -> Table:
+    """Each best correct result's fraction of speed of light, and the reference's: the physical
+    floor of a call (its bytes at the device's fastest memory) over the mean time per call."""
+    body = [[str(r["level"]), _id(r), r["name"], format_speedup(r["speedup"]), _fraction(sol.get("candidate_sol")),
+             _fraction(sol.get("reference_sol")), f"{sol['floor_ms']:.4g}", str(sol.get("floor_source") or "-")]
+            for r in rows if (sol := r.get("sol"))]
+    return Table("Speed of light", ["level", "id", "name", "best speedup", "candidate SOL", "reference SOL",
+                                    "floor ms", "ceiling"], body,
+                 "Each problem's best correct result: the physical floor of one call (its inputs read and outputs "
+                 "written once, at the device's fastest memory: measured on a CPU, the datasheet on a known GPU) "
+                 "over each side's mean time per call (docs/referee.md, 'The physical floor').", key="sol")
+
+
+def _fraction(value) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "-"
+    return f"{value:.2%}" if value < 0.01 else f"{value:.1%}"
 
 
 def _profiles_table(rows: list[dict]) -> Table:
