@@ -204,6 +204,14 @@ def test_without_a_ceiling_nothing_changes(monkeypatch):
     assert checks[-1].detail == "no ceiling known"
 
 
+def test_the_speed_of_light_line_names_both_sides_and_the_floor(monkeypatch):
+    floor = Floor(ms=0.5, bytes=5 * 10**7, ceiling=CPU)
+    result, _, _ = _measure(monkeypatch, [_timing(4.0, 2.0)], floor)
+    assert physics.sol_text(result) == ("speed of light: candidate 25.0%, reference 12.5% (the physical floor over "
+                                        "the mean time per call; floor 0.5 ms: 50 MB at 100 GB/s, measured)")
+    assert physics.sol_text(_timing(4.0, 2.0)) is None and physics.sol_text(None) is None
+
+
 # -- end to end, the real Evaluator on the CPU --------------------------------------------------
 
 def _copy(problem: str) -> str:

@@ -242,8 +242,11 @@ def sol_text(timing) -> str | None:
     one line: for `kernelopt eval`, the model's feedback and the report; None without a floor."""
     if timing is None or timing.floor_ms is None:
         return None
+    moved = f"{_amount(timing.floor_bytes)} at {timing.floor_bandwidth_gbs:.4g} GB/s, " \
+        if timing.floor_bytes and timing.floor_bandwidth_gbs else ""
     return (f"speed of light: candidate {_percent(timing.candidate_sol)}, reference {_percent(timing.reference_sol)} "
-            f"(the physical floor {timing.floor_ms:.4g} ms per call over the mean time: {timing.floor_basis})")
+            f"(the physical floor over the mean time per call; floor {timing.floor_ms:.4g} ms: {moved}"
+            f"{timing.floor_source})")
 
 
 def _percent(value: float | None) -> str:
