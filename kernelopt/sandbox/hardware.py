@@ -78,6 +78,11 @@ def _describe_cpu() -> Hardware:
     return Hardware(summary=f"the CPU ({model})" if model else "the CPU", facts=facts)
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where it says none)."""
+    return _cpuinfo()[0]
+
+
 def _cpuinfo() -> tuple[str, set[str]]:
     model = ""
     flags: set[str] = set()

@@ -37,8 +37,12 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelopt.sandbox import hardware
+
+if TYPE_CHECKING:
+    from kernelopt.sandbox.results import Timing
 
 RULE_MARGIN = 1.5  # a candidate is rejected only below floor / RULE_MARGIN
 L2_FACTOR = 4.0  # a GPU's L2 bandwidth is held to at most this many times its DRAM bandwidth
@@ -159,7 +163,7 @@ def machine_key(device: str) -> str:
     code."""
     import torch
 
-    name = hardware._cpuinfo()[0]
+    name = hardware.cpu_model()
     if device.startswith("cuda"):
         name += " / " + torch.cuda.get_device_name(int(device.split(":", 1)[1]) if ":" in device else 0)
     parts = [name, str(os.cpu_count()), device.split(":")[0], platform.machine(), platform.release(),
@@ -237,7 +241,7 @@ def worker_threads() -> str:
     return os.environ.get("OMP_NUM_THREADS") or "1"
 
 
-def sol_text(timing) -> str | None:
+def sol_text(timing: Timing | None) -> str | None:
     """A correct verdict's floor and both sides' fractions of speed of light (results.Timing), in
     one line: for `kernelopt eval`, the model's feedback and the report; None without a floor."""
     if timing is None or timing.floor_ms is None:
