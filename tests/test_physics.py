@@ -93,7 +93,7 @@ def test_the_ceiling_is_measured_once_then_read_from_the_file(ceilings, monkeypa
 def test_another_machine_is_measured_again_and_both_are_kept(ceilings, monkeypatch):
     calls = counting_probe(monkeypatch)
     physics.ceiling_for("cpu", None)
-    monkeypatch.setattr(physics, "machine_key", lambda device: "another-machine")
+    monkeypatch.setattr(physics, "machine_key", lambda device, device_name=None: "another-machine")
     monkeypatch.setattr(physics, "_known", {})
     physics.ceiling_for("cpu", None)
     assert len(calls) == 2 and len(json.loads(ceilings.read_text())) == 2
@@ -274,24 +274,47 @@ def test_the_rule_fires_end_to_end_and_a_wrong_floor_is_dropped(monkeypatch):
 
 # -- GPU ------------------------------------------------------------------------------------------
 
+def test_a_known_gpu_takes_the_datasheet_and_an_l2_allowance_without_touching_the_gpu(ceilings, monkeypatch):
+    calls = counting_probe(monkeypatch)
+    found = physics.ceiling_for("cuda:0", "NVIDIA H100 80GB HBM3")
+    assert found == Ceiling(bandwidth_gbs=3350.0, source="datasheet", detail="NVIDIA H100 80GB HBM3, DRAM",
+                            l2_bytes=60 * 10**6, l2_gbs=3350.0 * physics.L2_FACTOR)
+    assert calls == []
+    # 1 GB: 60 MB at four times the DRAM's bandwidth, the rest at the DRAM's.
+    floor = physics.floor_for("cuda:0", "NVIDIA H100 80GB HBM3", 10**9)
+    assert floor is not None and floor.ms == pytest.approx((60e6 / (4 * 3350e9) + 940e6 / 3350e9) * 1e3)
+
+
+def test_an_unknown_gpu_is_measured_once_with_its_l2_and_keyed_by_its_name(ceilings, monkeypatch):
+    calls: list[str] = []
+
+    def probe(device: str) -> dict:
+        calls.append(device)
+        return {"bandwidth_gbs": 500.0, "l2_bytes": 8 * 10**6, "detail": "a copy"}
+
+    monkeypatch.setattr(physics, "probe", probe)
+    found = physics.ceiling_for("cuda:0", "Imaginary GPU 9000")
+    assert found == Ceiling(bandwidth_gbs=500.0, source="measured", detail="a copy", l2_bytes=8 * 10**6,
+                            l2_gbs=500.0 * physics.L2_FACTOR)
+    assert physics.ceiling_for("cuda:0", "Imaginary GPU 9000") == found and calls == ["cuda:0"]
+    physics.ceiling_for("cuda:0", "Another GPU")
+    assert calls == ["cuda:0", "cuda:0"] and len(json.loads(ceilings.read_text())) == 2
+
+
 @pytest.mark.gpu
-def test_a_known_gpu_takes_the_datasheet_with_its_l2(monkeypatch):
-    monkeypatch.delenv(physics.OVERRIDE_ENV, raising=False)
+def test_the_l2_table_bounds_this_gpus_l2():
     name = torch.cuda.get_device_name(0)
-    found = physics.ceiling_for("cuda:0", name)
-    assert found is not None
-    peaks = physics.hardware.peak_figures(name)
-    if peaks is None:
-        pytest.skip(f"{name} is not in the datasheet table")
-    assert found.source == "datasheet" and found.bandwidth_gbs == peaks["bandwidth_tbs"] * 1e3
-    assert found.l2_bytes == torch.cuda.get_device_properties(0).L2_cache_size
-    assert found.l2_gbs == found.bandwidth_gbs * physics.L2_FACTOR
+    bound = physics.hardware.l2_bytes(name)
+    if bound is None:
+        pytest.skip(f"{name} is not in the L2 table")
+    assert torch.cuda.get_device_properties(0).L2_cache_size <= bound
 
 
 @pytest.mark.gpu
 def test_the_gpu_probe_measures_a_copy_below_the_datasheet(ceilings):
     found = physics.probe("cuda:0")
     assert found is not None and found["bandwidth_gbs"] > 50
+    assert found["l2_bytes"] == torch.cuda.get_device_properties(0).L2_cache_size
     peaks = physics.hardware.peak_figures(torch.cuda.get_device_name(0))
     if peaks is not None:  # a measured copy never beats the datasheet's DRAM figure
         assert found["bandwidth_gbs"] < peaks["bandwidth_tbs"] * 1e3 * 1.05

@@ -1,7 +1,7 @@
 """Measure the device's highest memory bandwidth, once per machine, for the physical floor
 (physics.py). Run by the host as a script in a child process of its own (trusted code: never in
 a worker), with the workers' thread settings, so that the host's own threads and torch state are
-left alone. Prints one JSON object: {"bandwidth_gbs": ..., "detail": ...}.
+left alone. Prints one JSON object: {"bandwidth_gbs": ..., "detail": ...} (and a GPU's "l2_bytes").
 
 CPU: the highest rate, over working sets from L1-sized to DRAM-sized, of a copy (bytes read and
 written) and of a sum (bytes read) with the workers' threads (OMP_NUM_THREADS, set by the
@@ -71,8 +71,9 @@ def gpu(index: int) -> dict:
         end.record()
         end.synchronize()
         best = max(best, 2 * GPU_BYTES / (start.elapsed_time(end) / 1e3))
-    name = torch.cuda.get_device_name(index)
-    return {"bandwidth_gbs": best / 1e9, "detail": f"a device-to-device copy of {GPU_BYTES >> 20} MiB on {name}"}
+    props = torch.cuda.get_device_properties(index)
+    return {"bandwidth_gbs": best / 1e9, "l2_bytes": int(getattr(props, "L2_cache_size", 0) or 0),
+            "detail": f"a device-to-device copy of {GPU_BYTES >> 20} MiB on {props.name}"}
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,11 @@ _GPU_PEAKS: tuple[tuple[tuple[str, ...], dict[str, float]], ...] = (
     (("A100",), {"bandwidth_tbs": 1.555, "fp32": 19.5, "tf32": 156, "bf16": 312}),
     (("L40S",), {"bandwidth_tbs": 0.864, "fp32": 91.6, "tf32": 183, "bf16": 362, "fp8": 733}),
 )
+# L2 sizes (MB), an upper bound per family (the full die's where products enable less): the
+# physical floor (physics.py) lets this much of a call's bytes come from L2, so larger is safer.
+_GPU_L2_MB: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("H200",), 60), (("H100",), 60), (("A100",), 48), (("L40S",), 104),
+)
 _ISA_FLAGS = ("avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "avx2", "fma", "f16c", "sse4_2", "neon", "sve")
 
 
@@ -46,6 +51,14 @@ def peak_figures(device_name: str) -> dict[str, float] | None:
     for words, figures in _GPU_PEAKS:
         if all(word in device_name for word in words):
             return figures
+    return None
+
+
+def l2_bytes(device_name: str) -> int | None:
+    """An upper bound on the L2 of a GPU of this name, or None when it is not in the table."""
+    for words, megabytes in _GPU_L2_MB:
+        if all(word in device_name for word in words):
+            return int(megabytes * 1e6)
     return None
 
 

@@ -37,7 +37,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from kernelopt.sandbox import hardware
 
@@ -115,24 +115,24 @@ def floor_for(device: str, device_name: str | None, nbytes: int, flops: int | No
 
 def ceiling_for(device: str, device_name: str | None) -> Ceiling | None:
     """The device's ceiling: the override, the datasheet (a known GPU), else measured once per
-    machine and cached."""
+    machine and cached. The host never touches the GPU itself: a known GPU's figures come from
+    the table, an unknown one's from the probe's child process."""
     override = os.environ.get(OVERRIDE_ENV)
     if override:
         return Ceiling(bandwidth_gbs=override_bandwidth(override), source="override", detail=f"${OVERRIDE_ENV}")
-    l2 = gpu_l2_bytes(device) if device.startswith("cuda") else 0
-    if device.startswith("cuda") and device_name:
-        peaks = hardware.peak_figures(device_name)
-        if peaks:
-            dram = peaks["bandwidth_tbs"] * 1e3
-            return Ceiling(bandwidth_gbs=dram, source="datasheet", detail=f"{device_name}, DRAM", l2_bytes=l2,
-                           l2_gbs=dram * L2_FACTOR if l2 else 0.0)
-    measured = measured_ceiling(device)
+    gpu = device.startswith("cuda")
+    peaks = hardware.peak_figures(device_name) if gpu and device_name else None
+    if peaks:
+        dram = peaks["bandwidth_tbs"] * 1e3
+        l2 = hardware.l2_bytes(cast(str, device_name)) or 0
+        return Ceiling(bandwidth_gbs=dram, source="datasheet", detail=f"{device_name}, DRAM", l2_bytes=l2,
+                       l2_gbs=dram * L2_FACTOR if l2 else 0.0)
+    measured = measured_ceiling(device, device_name)
     if measured is None:
         return None
-    if device.startswith("cuda"):
-        return Ceiling(bandwidth_gbs=measured["bandwidth_gbs"], source="measured", detail=measured["detail"],
-                       l2_bytes=l2, l2_gbs=measured["bandwidth_gbs"] * L2_FACTOR if l2 else 0.0)
-    return Ceiling(bandwidth_gbs=measured["bandwidth_gbs"], source="measured", detail=measured["detail"])
+    bandwidth, l2 = measured["bandwidth_gbs"], int(measured.get("l2_bytes") or 0) if gpu else 0
+    return Ceiling(bandwidth_gbs=bandwidth, source="measured", detail=measured["detail"], l2_bytes=l2,
+                   l2_gbs=bandwidth * L2_FACTOR if l2 else 0.0)
 
 
 def override_bandwidth(text: str) -> float:
@@ -145,27 +145,19 @@ def override_bandwidth(text: str) -> float:
     return value
 
 
-def gpu_l2_bytes(device: str) -> int:
-    import torch
-
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
-    return int(getattr(torch.cuda.get_device_properties(index), "L2_cache_size", 0) or 0)
-
-
 def cache_path() -> Path:
     configured = os.environ.get(CACHE_ENV)
     return Path(configured) if configured else Path.home() / ".cache" / "kernelopt" / "ceilings.json"
 
 
-def machine_key(device: str) -> str:
-    """What a measured ceiling belongs to: the CPU's model and core count, the device, the
-    device's name, the kernel, torch's version, the workers' thread count and the probe's own
-    code."""
+def machine_key(device: str, device_name: str | None = None) -> str:
+    """What a measured ceiling belongs to: the CPU's model and core count, the device, the GPU's
+    name, the kernel, torch's version, the workers' thread count and the probe's own code."""
     import torch
 
     name = hardware.cpu_model()
     if device.startswith("cuda"):
-        name += " / " + torch.cuda.get_device_name(int(device.split(":", 1)[1]) if ":" in device else 0)
+        name += f" / {device_name}"
     parts = [name, str(os.cpu_count()), device.split(":")[0], platform.machine(), platform.release(),
              torch.__version__, worker_threads(), hashlib.sha256(PROBE.read_bytes()).hexdigest()[:12]]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
@@ -175,10 +167,11 @@ _lock = threading.Lock()
 _known: dict[tuple[str, str], dict] = {}  # (cache file, key) -> entry, for this process
 
 
-def measured_ceiling(device: str) -> dict | None:
-    """{"bandwidth_gbs", "detail", ...} for this machine and device: from this process's memory,
-    the cache file, or a fresh measurement (then written to the file). None when the probe fails."""
-    key, path = machine_key(device), cache_path()
+def measured_ceiling(device: str, device_name: str | None = None) -> dict | None:
+    """{"bandwidth_gbs", "detail", ("l2_bytes")} for this machine and device: from this process's
+    memory, the cache file, or a fresh measurement (then written to the file). None when the
+    probe fails."""
+    key, path = machine_key(device, device_name), cache_path()
     with _lock:
         entry = _known.get((str(path), key)) or read_cache(path).get(key)
         if entry is None:
@@ -204,9 +197,9 @@ def read_cache(path: Path) -> dict[str, dict]:
 def _valid(entry: object) -> bool:
     if not isinstance(entry, dict):
         return False
-    value = entry.get("bandwidth_gbs")
+    value, l2 = entry.get("bandwidth_gbs"), entry.get("l2_bytes", 0)
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6 \
-        and isinstance(entry.get("detail", ""), str)
+        and isinstance(entry.get("detail", ""), str) and isinstance(l2, int) and 0 <= l2 < 2**40
 
 
 def write_cache(path: Path, key: str, entry: dict) -> None:
