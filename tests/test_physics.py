@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import EXAMPLES, SOFTMAX_FAST
+from conftest import EXAMPLES
 from kernelopt.sandbox import physics, rules
 from kernelopt.sandbox.physics import Ceiling, Floor
 from kernelopt.sandbox.results import Check, Timing, TimingStats
@@ -239,34 +239,67 @@ def test_honest_candidates_are_correct_with_a_speed_of_light_within_one(monkeypa
     assert json.loads(result.model_dump_json())["timing"]["candidate_sol"] == t.candidate_sol
 
 
-def test_the_rule_fires_end_to_end_and_a_wrong_floor_is_dropped(monkeypatch):
-    """One Evaluator on 4_RedundantSoftmax (a reference that wastes a matmul; the candidate skips
-    it, several times faster): measured normally, then with the ceiling set so that the floor lies
-    between the two sides' times (the candidate is rejected after a re-measure), then with a
-    ceiling so low that the reference itself is below its floor (the floor is dropped)."""
+WASTEFUL = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    \"\"\"ReLU after dead work: forty 256 x 256 products whose result is thrown away.\"\"\"
+
+    def forward(self, x):
+        w = x[:256, :256]
+        for _ in range(40):
+            w = torch.tanh(w @ w.t())
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(512, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+RELU_ONLY = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+"""
+
+
+def test_the_rule_fires_end_to_end_and_a_wrong_floor_is_dropped(monkeypatch, tmp_path):
+    """One Evaluator on a reference that wastes forty products before its ReLU, and an honest
+    candidate that skips them (tens of times faster): measured normally, then with the ceiling
+    set so that the floor lies between the two sides' times (the candidate is rejected after a
+    re-measure), then with a ceiling so low that the reference itself is below its floor (the
+    floor is dropped)."""
     from kernelopt.kernelbench import load_problem
     from kernelopt.sandbox import EvalOptions, Evaluator
 
     monkeypatch.delenv(physics.OVERRIDE_ENV, raising=False)
-    problem = load_problem(EXAMPLES / "4_RedundantSoftmax.py")
+    (tmp_path / "wasteful_relu.py").write_text(WASTEFUL)
+    problem = load_problem(tmp_path / "wasteful_relu.py")
     with Evaluator(problem, EvalOptions(device="cpu", timing_budget=1.5, min_timed_calls=5)) as evaluator:
-        honest = evaluator.evaluate(SOFTMAX_FAST)
+        honest = evaluator.evaluate(RELU_ONLY)
         assert honest.status == "correct", honest.message
         t = honest.timing
-        assert t is not None and t.floor_bytes and t.reference_ms > 2.5 * t.candidate_ms, t
+        assert t is not None and t.floor_bytes == 2 * 512 * 1024 * 4 and t.reference_ms > 6 * t.candidate_ms, t
         assert 0 < t.candidate_sol <= 1
         # A floor at the geometric mean of the reference's time and the margin times the
         # candidate's: the reference stays above it, the candidate below it by more than the margin
-        # (each by a factor of 1.29 or more).
+        # (each by a factor of 2 or more).
         floor_ms = (t.reference_ms * physics.RULE_MARGIN * t.candidate_ms) ** 0.5
         monkeypatch.setenv(physics.OVERRIDE_ENV, repr(t.floor_bytes / (floor_ms / 1e3) / 1e9))
-        rejected = evaluator.evaluate(SOFTMAX_FAST)
+        rejected = evaluator.evaluate(RELU_ONLY)
         assert rejected.status == "rejected" and rejected.rules == ["faster_than_physics"], rejected.message
         assert rejected.flags == ["faster_than_physics"] and "2 measurement(s)" in rejected.message
         assert "override" in rejected.message
         # A ceiling far below anything real: the reference is below its floor, so the floor is wrong.
-        monkeypatch.setenv(physics.OVERRIDE_ENV, "0.001")
-        dropped = evaluator.evaluate(SOFTMAX_FAST)
+        monkeypatch.setenv(physics.OVERRIDE_ENV, "0.0001")
+        dropped = evaluator.evaluate(RELU_ONLY)
     assert dropped.status == "correct", dropped.message
     assert dropped.timing is not None and dropped.timing.floor_ms is None and dropped.timing.candidate_sol is None
     assert dropped.timing.floor_note and dropped.warnings == [dropped.timing.floor_note]
