@@ -151,23 +151,26 @@ def _timing(reference_ms: float, candidate_ms: float) -> Timing:
                   reference_ms=reference_ms, candidate_ms=candidate_ms, speedup_precision=0.05)
 
 
-def _measure(monkeypatch, phases: list[Timing], floor: Floor | None) -> tuple[Timing, int, list[Check]]:
+def _measure(monkeypatch, phases: list[Timing], floor: Floor | None,
+             checks: list[Check] | None = None) -> tuple[Timing, int, list[Check]]:
     """rounds.measure over synthetic timing phases; (its result, the phases it ran, its checks)."""
     queue = list(phases)
     monkeypatch.setattr(rounds, "timing_phase", lambda timer, checks: queue.pop(0))
     timer = SimpleNamespace(options=SimpleNamespace(outlier_speedup=10.0), floor=floor,
                             dependence=SimpleNamespace(verdict=lambda: None))
-    checks: list[Check] = []
+    checks = [] if checks is None else checks
     result = rounds.measure(timer, checks)  # type: ignore[arg-type]
     return result, len(phases) - len(queue), checks
 
 
 def test_a_time_below_the_floor_twice_is_rejected(monkeypatch):
     floor = Floor(ms=1.0, bytes=10**8, ceiling=CPU)
+    checks: list[Check] = []
     with pytest.raises(rules.VerdictReached) as reached:
-        _measure(monkeypatch, [_timing(2.0, 0.1), _timing(2.0, 0.2)], floor)
+        _measure(monkeypatch, [_timing(2.0, 0.1), _timing(2.0, 0.2)], floor, checks)
     assert reached.value.verdict.rule == "faster_than_physics" and "2 measurement(s)" in reached.value.message
     assert "0.2 ms" in reached.value.message  # the slower of the two is the one judged
+    assert [c.name for c in checks][-1] == "above_physical_floor" and not checks[-1].passed
 
 
 def test_a_time_below_the_floor_once_is_re_measured_and_believed_when_it_holds(monkeypatch):

@@ -81,10 +81,11 @@ def measure(timer: Timer, checks: list[Check]) -> Timing:
     checks.append(Check(name="timed_output_follows_input", passed=ignored is None, detail=ignored or ""))
     rules.enforce(rules.timed_output_ignores_input(ignored))
     # A time below the floor is measured twice before it is believed, and then it is not.
-    if len(phases) == 2:
-        rules.enforce(rules.faster_than_physics(max(p.candidate_ms for p in phases), floor, len(phases)))
-    checks.append(Check(name="above_physical_floor", passed=True,
-                        detail=f"floor {floor.ms:.4g} ms: {floor.basis()}" if floor else note or "no ceiling known"))
+    impossible = rules.faster_than_physics(max(p.candidate_ms for p in phases), floor, 2) if len(phases) == 2 else None
+    checks.append(Check(name="above_physical_floor", passed=impossible is None,
+                        detail=impossible.message if impossible else f"floor {floor.ms:.4g} ms: {floor.basis()}"
+                        if floor else note or "no ceiling known"))
+    rules.enforce(impossible)
     return result
 
 
