@@ -3,13 +3,14 @@
 For every problem file: the bytes one call moves as the referee counts them (its inputs and
 outputs, each once), the floor those bytes give at this device's ceiling
 (kernelopt/sandbox/physics.py: on a CPU the measured, cached one-thread bandwidth), and the
-reference's mean time per call measured here in a trusted child process per problem (one thread,
-as the workers run; a warm-up call, then timed calls on fresh inputs from `get_inputs` made
-before each call, up to --calls or --seconds). An exact copy of the reference measures what the
+reference's mean time per call measured here in a trusted child process per problem (one thread
+and the workers' malloc, as the workers run; a warm-up call, then timed calls on fresh inputs
+from `get_inputs` made before each call, up to --calls or --seconds). An exact copy of the reference measures what the
 reference does, so its SOL is the reference's: this is how far every exact copy stands from the
 rule `faster_than_physics` (which fires below floor / RULE_MARGIN, that is at an SOL above
 RULE_MARGIN). The inputs here are made just before each call, so they may sit in a cache, as in
-the referee: if anything, the reference runs faster here and its SOL reads higher.
+the referee, and no harness runs around the calls: if anything, the reference runs faster here
+than in a verdict, and its SOL reads higher.
 
     .venv/bin/python benchmarks/physical_floor.py examples/level1/*.py [--calls 3] [--seconds 20]
         [--out DIR]
@@ -77,7 +78,14 @@ def measure_one(path: Path, calls: int, seconds: float) -> dict:
 
 
 def run_child(path: Path, calls: int, seconds: float) -> dict:
-    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    """One problem in a child process with the workers' thread count, malloc and heap policy
+    (isolation.worker_environment), so that its calls allocate as a worker's do."""
+    from kernelopt.sandbox.isolation import allocator_environment
+
+    environment = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                   "OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+                   "MALLOC_TRIM_THRESHOLD_": str(1 << 30), "MALLOC_TOP_PAD_": str(64 << 20),
+                   **allocator_environment()}
     try:
         done = subprocess.run([sys.executable, __file__, "--child", str(path), "--calls", str(calls),
                                "--seconds", str(seconds)], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
