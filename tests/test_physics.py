@@ -215,6 +215,22 @@ def test_the_speed_of_light_line_names_both_sides_and_the_floor(monkeypatch):
     assert physics.sol_text(_timing(4.0, 2.0)) is None and physics.sol_text(None) is None
 
 
+def test_a_verdict_over_several_configurations_keeps_the_geometric_mean_and_no_sizes(monkeypatch):
+    floors = [Floor(ms=1.0, bytes=10**8, ceiling=CPU), Floor(ms=4.0, bytes=4 * 10**8, ceiling=CPU)]
+    each = [_measure(monkeypatch, [_timing(ref, cand)], floor)[0]
+            for (ref, cand), floor in zip([(4.0, 2.0), (16.0, 8.0)], floors)]
+    combined = each[0].model_copy(deep=True)
+    combined.reference_ms, combined.candidate_ms = 8.0, 4.0  # what shaped.py sets: the geometric means
+    physics.combined_floor(combined, each)
+    assert combined.floor_ms == pytest.approx(2.0) and combined.floor_bytes is None
+    assert combined.candidate_sol == pytest.approx(0.5) and combined.reference_sol == pytest.approx(0.25)
+    assert "geometric mean of 2" in (combined.floor_basis or "")
+    assert "100 MB" not in (physics.sol_text(combined) or "") and "MB" not in (physics.sol_text(combined) or "")
+    each[1].floor_ms, each[1].floor_note = None, "the reference measured below"
+    physics.combined_floor(combined, each)
+    assert combined.floor_ms is None and combined.candidate_sol is None and combined.floor_note
+
+
 # -- end to end, the real Evaluator on the CPU --------------------------------------------------
 
 def _copy(problem: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -232,6 +233,24 @@ def probe(device: str) -> dict | None:
 
 def worker_threads() -> str:
     return os.environ.get("OMP_NUM_THREADS") or "1"
+
+
+def combined_floor(timing: Timing, each: list[Timing]) -> None:
+    """A verdict over several input configurations (shaped.py), whose times are geometric means:
+    the floor is the geometric mean of theirs, so each side's SOL is the geometric mean of its
+    SOLs; none where any configuration has none. No one configuration's bytes are kept, so a
+    held-out configuration's size does not show."""
+    floors = [t.floor_ms for t in each]
+    timing.floor_bytes, timing.reference_sol, timing.candidate_sol = None, None, None
+    notes = [t.floor_note for t in each if t.floor_note]
+    timing.floor_note = notes[0] if notes else None
+    if not floors or any(f is None for f in floors):
+        timing.floor_ms = timing.floor_basis = None
+        return
+    timing.floor_ms = math.exp(sum(math.log(cast(float, f)) for f in floors) / len(floors))
+    timing.floor_basis = f"the geometric mean of {len(floors)} input configurations' floors"
+    timing.reference_sol, timing.candidate_sol = timing.floor_ms / timing.reference_ms, \
+        timing.floor_ms / timing.candidate_ms
 
 
 def sol_text(timing: Timing | None) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from kernelopt.kernelbench.shapes import Shape
+from kernelopt.sandbox import physics
 from kernelopt.sandbox.results import Check, EvalOptions, EvalResult, Passes, PassSpeedup, ShapeVerdict
 
 
@@ -58,6 +59,7 @@ def _geometric_mean(judged: list[tuple[Shape, EvalResult]]) -> EvalResult:
     timing.wall_speedup = _geomean([w for w in walls if w is not None]) if None not in walls else None
     timing.remeasured = any(t.remeasured for t in timings)
     timing.method += f"; geometric mean over {len(timings)} input configurations (each in `shapes`)"
+    physics.combined_floor(timing, timings)
     combined.passes = _passes_geomean([r.passes for r in results])
     combined.speedup = timing.speedup
     combined.reference_ms, combined.candidate_ms = timing.reference_ms, timing.candidate_ms
