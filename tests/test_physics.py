@@ -321,7 +321,7 @@ def test_the_rule_fires_end_to_end_and_a_wrong_floor_is_dropped(monkeypatch, tmp
         dropped = evaluator.evaluate(RELU_ONLY)
     assert dropped.status == "correct", dropped.message
     assert dropped.timing is not None and dropped.timing.floor_ms is None and dropped.timing.candidate_sol is None
-    assert dropped.timing.floor_note and dropped.warnings == [dropped.timing.floor_note]
+    assert dropped.timing.floor_note and dropped.warnings[0] == dropped.timing.floor_note  # (then a busy host's)
 
 
 # -- GPU ------------------------------------------------------------------------------------------
@@ -383,3 +383,13 @@ def test_an_honest_gpu_candidate_is_within_its_floor(monkeypatch):
     assert result.status == "correct", result.message
     t = result.timing
     assert t is not None and t.floor_ms is not None and 0 < t.candidate_sol <= 1 and 0 < t.reference_sol <= 1
+
+
+def test_a_busy_host_is_named_in_the_verdict(monkeypatch):
+    from kernelopt.sandbox import device
+
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    monkeypatch.setattr(device.os, "cpu_count", lambda: 2)
+    assert "load average 9.0 on 2 cores" in device.busy_host_warning()
+    monkeypatch.setattr(device.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert device.busy_host_warning() is None

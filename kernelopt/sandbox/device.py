@@ -123,3 +123,19 @@ def device_model(device: str) -> str:
     except OSError:
         pass
     return "cpu " + platform.machine()
+
+
+def busy_host_warning() -> str | None:
+    """A warning when the host's one-minute load average exceeds its cores: both sides are
+    still timed alike, but every reading is noisier (the intervals widen, and a reading moves
+    more between evaluations), so a comparison with a quiet machine's is not fair."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = os.cpu_count() or 1
+    if load <= cores:
+        return None
+    return (f"the host was busy: load average {load:.1f} on {cores} cores during this evaluation; timings are "
+            "noisier than on a quiet machine (the interval says how much): compare speedups measured under "
+            "the same load, or measure again on a quieter machine")

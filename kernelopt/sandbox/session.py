@@ -29,7 +29,7 @@ from kernelopt.kernelbench import Problem
 from kernelopt.sandbox import calls, census, correctness, every_element, isolation, kinds, physics, profiling, rules
 from kernelopt.sandbox.build_serving import BuildServer
 from kernelopt.sandbox.conversation import Conversation
-from kernelopt.sandbox.device import default_memory_limit, timing_cpus
+from kernelopt.sandbox.device import busy_host_warning, default_memory_limit, timing_cpus
 from kernelopt.sandbox.process import MachineOutOfMemory, WorkerDied, WorkerProcess, WorkerTimeout
 from kernelopt.sandbox.records import InputSet, ReferenceTrials
 from kernelopt.sandbox.results import (
@@ -342,6 +342,8 @@ class CandidateSession:
         fired = list(dict.fromkeys(v.rule for v in found))
         timing = self.timing if status == "correct" else None
         warnings = [timing.floor_note] if timing is not None and timing.floor_note else []
+        busy = busy_host_warning() if timing is not None else None
+        warnings += [busy] if busy else []
         self.durations["total"] = round(time.monotonic() - self.started, 4)
         return EvalResult(
             status=cast(Status, status), correct=status == "correct", speedup=timing.speedup if timing else None,
