@@ -184,7 +184,10 @@ class WorkerProcess:
         if backend.name == "docker":
             self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
                                             cmd_read, out_write, self.log_path)
-            self.contained = process_tree.ContainerWalk(self.process.container)
+            # The container's own cgroup, acted on through the kernel's files where this host can
+            # write them (a local daemon); else through the daemon (pause, stats).
+            adopted = containment.Group.adopt(self.process.pid, "docker", self.process.container.id)
+            self.contained = adopted or process_tree.ContainerWalk(self.process.container)
             self.contained.attach(self.process.pid)
         else:
             assert self.inputs is not None  # every backend but docker has the slot
