@@ -17,7 +17,7 @@
 #
 # Offline: wheels placed in ./wheelhouse/ (scripts/docker_image.sh downloads them on the host)
 # are installed with --no-index, nothing else is fetched; then the base must already hold
-# python3, python3-venv, g++ and libjemalloc2 (scripts/docker_base.sh builds one from Debian's
+# python3, python3-venv, python3-dev, g++ and libjemalloc2 (scripts/docker_base.sh builds one from Debian's
 # packages), and `docker build --network none` works.
 ARG BASE=debian:bookworm-slim
 
@@ -28,7 +28,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONDONTWRITEBYTECODE=1
 # What candidates build and run with, from the base's own packages (none fetched when present).
 RUN missing=""; \
-    for package in python3 python3-venv g++ libjemalloc2; do \
+    for package in python3 python3-venv python3-dev g++ libjemalloc2; do \
       dpkg -s "$package" >/dev/null 2>&1 || missing="$missing $package"; \
     done; \
     if [ -n "$missing" ]; then \
@@ -91,6 +91,8 @@ ENV PATH=/opt/venv/bin:/opt/venv/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sb
 # The worker protocol this image speaks; the host refuses an image whose number differs from
 # kernelopt/sandbox/worker/wire.py's PROTOCOL_VERSION (tests/test_dockerfile.py keeps them equal).
 LABEL org.kernelopt.worker-protocol="4"
+ARG FLAVOUR=gpu
+LABEL org.kernelopt.flavour="${FLAVOUR}"
 COPY kernelopt/sandbox/worker/ /opt/kernelopt/worker/
 
 # Candidates run as this unprivileged user; /scratch is where each job's directory is made.

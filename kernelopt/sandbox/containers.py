@@ -28,6 +28,7 @@ from kernelopt.sandbox.worker import wire
 
 DEFAULT_IMAGE = "kernelopt-sandbox"
 PROTOCOL_LABEL = "org.kernelopt.worker-protocol"
+FLAVOUR_LABEL = "org.kernelopt.flavour"  # gpu or cpu (the Dockerfile's FLAVOUR)
 OWNER_LABEL = "org.kernelopt.owner"  # host:pid of the kernelopt process that started it
 WORKER_ROOT = "/opt/kernelopt"  # where the image holds the worker package
 # Variables the image sets for itself: the host's values would point at the host's files.
@@ -134,6 +135,30 @@ def check_image(client, image: str) -> None:
         raise DockerError(f"docker image {image!r} speaks worker protocol {found or 'none'}, this kernelopt "
                           f"speaks {wire.PROTOCOL_VERSION}: rebuild it with `docker build -t {image} .` "
                           "from this version's checkout")
+
+
+def describe(client, image: str) -> str:
+    """One line on the daemon, the image (its flavour, size), its worker-protocol label and
+    whether GPUs are passed through (for doctor)."""
+    try:
+        info = client.info()
+    except Exception:  # noqa: BLE001 - an answer without info: say what is known
+        info = {}
+    host = os.environ.get("DOCKER_HOST") or "the default socket"
+    try:
+        found = client.images.get(image)
+        labels = found.labels or {}
+        size = f", {found.attrs.get('Size', 0) / 1e9:.2f} GB"
+    except Exception:  # noqa: BLE001
+        labels, size = {}, ""
+    flavour = labels.get(FLAVOUR_LABEL, "unknown")
+    try:
+        check_nvidia_runtime(info)
+        gpus = "GPUs: passed through (NVIDIA runtime)"
+    except DockerError:
+        gpus = "GPUs: not passed through (no NVIDIA runtime in the daemon: CPU jobs only)"
+    return (f"daemon {info.get('ServerVersion', '?')} at {host}; image {image} ({flavour} flavour{size}), "
+            f"worker protocol {labels.get(PROTOCOL_LABEL, 'none')}; {gpus}")
 
 
 def check_nvidia_runtime(info: dict) -> None:
