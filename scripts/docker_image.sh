@@ -3,7 +3,7 @@
 # unless --base names one, the Python wheels downloaded on this host into a cached wheelhouse,
 # then `docker build --network none` with them (the Dockerfile installs from ./wheelhouse/).
 #   bash scripts/docker_image.sh [--flavour cpu|gpu] [--tag NAME] [--base IMAGE] [--torch VERSION]
-# Defaults: --flavour cpu, --tag kernelopt-sandbox, --base kernelopt-base:bookworm, --torch the
+# Defaults: --flavour cpu, --tag kernelopt-sandbox, --base the one docker_base.sh makes, --torch the
 # version in ./.venv (else the Dockerfile's). The wheelhouse is kept in $KERNELOPT_DOCKER_CACHE
 # (default ~/.cache/kernelopt/docker/wheelhouse-FLAVOUR-pyXY), so a second run downloads nothing
 # new; an air-gapped cluster copies that directory over (docs/sandbox.md, "Offline").
@@ -22,8 +22,7 @@ while [ $# -gt 0 ]; do
 done
 cache=${KERNELOPT_DOCKER_CACHE:-$HOME/.cache/kernelopt/docker}
 if [ -z "$base" ]; then
-  base=kernelopt-base:bookworm
-  bash scripts/docker_base.sh "$base"
+  base=$(bash scripts/docker_base.sh | tail -n 1)
 fi
 if [ -z "$torch" ]; then
   if [ -x .venv/bin/python ]; then
