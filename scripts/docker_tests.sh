@@ -7,7 +7,8 @@
 # 3. builds the CPU sandbox image offline (scripts/docker_image.sh: a Debian base made with
 #    debootstrap, the wheels downloaded on this host); both are cached under
 #    $KERNELOPT_DOCKER_CACHE (default ~/.cache/kernelopt/docker), so a second run builds nothing;
-# 4. runs `pytest -m docker` with CI's rules (tests/conftest.py: a docker test that cannot run
+# 4. runs the `docker` tests (less `docker_gpu`: the GPU flavour's, for a GPU machine that built
+#    it) with CI's rules (tests/conftest.py: a docker test that cannot run
 #    fails instead of skipping under CI=true; no container may be left behind), then checks that
 #    the daemon holds no container at all.
 # DOCKER_HOST set and KERNELOPT_DOCKER_OWN_DAEMON=1: use that daemon instead of a private one.
@@ -37,7 +38,7 @@ fi
 bash scripts/docker_image.sh --flavour cpu
 echo "docker step: daemon and image ready in $(( $(date +%s) - started )) s"
 status=0
-.venv/bin/python -m pytest -q -m docker -p no:cacheprovider tests/test_docker.py tests/test_adversarial.py \
+.venv/bin/python -m pytest -q -m "docker and not docker_gpu" -p no:cacheprovider tests/test_docker.py tests/test_adversarial.py \
   tests/test_containers.py tests/test_doctor.py "$@" || status=$?
 left=$(docker ps -aq)
 if [ -n "$left" ]; then

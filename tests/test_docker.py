@@ -183,3 +183,55 @@ def test_doctor_reports_the_daemon_the_image_its_protocol_and_gpus():
     assert f"worker protocol {wire.PROTOCOL_VERSION}" in check.detail
     assert "daemon" in check.detail and containers.DEFAULT_IMAGE in check.detail
     assert "GPUs: not passed through" in check.detail or "GPUs: passed through" in check.detail
+
+
+# -- the GPU flavour (docker build -t kernelopt-sandbox .): its CUDA parts ----------------------
+
+def _flavour(client) -> str:
+    try:
+        return (client.images.get(containers.DEFAULT_IMAGE).labels or {}).get(containers.FLAVOUR_LABEL, "")
+    except docker.errors.ImageNotFound:
+        return ""
+
+
+@pytest.fixture
+def gpu_image(client):
+    if _flavour(client) != "gpu":
+        pytest.skip(f"needs the GPU flavour of {containers.DEFAULT_IMAGE} (docker build -t {containers.DEFAULT_IMAGE} .); "
+                    f"this image is the {_flavour(client) or 'unknown'} flavour")
+    return containers.DEFAULT_IMAGE
+
+
+CUDA_BUILD = """
+import torch
+from torch.utils.cpp_extension import load_inline
+cuda = '''
+__global__ void twice(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }
+torch::Tensor run(torch::Tensor x) { auto y = torch::empty_like(x); twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel()); return y; }
+'''
+module = load_inline("twice", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=cuda, functions=["run"],
+                     build_directory="/tmp", verbose=False)
+print("built", torch.version.cuda)
+"""
+
+
+@pytest.mark.docker_gpu
+def test_the_gpu_image_builds_cuda_extensions_with_the_toolkits_wheels(client, gpu_image):
+    """nvcc, the runtime's headers and libraries, CCCL and NVVM from the wheels: load_inline
+    compiles and links a CUDA extension inside the image, GPU or not (the arch is named)."""
+    output = client.containers.run(gpu_image, ["python3", "-c", CUDA_BUILD], remove=True, network_mode="none",
+                                   environment={"TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "2"}, stderr=True)
+    assert b"built 13." in output
+
+
+@pytest.mark.gpu
+@pytest.mark.docker_gpu
+@pytest.mark.parametrize("case", ["honest/relu_cuda_extension.py", "honest/relu_cupy_rawkernel.py"])
+def test_cuda_candidates_run_in_the_gpu_image_with_only_the_hosts_driver(gpu_image, fast_options, case):
+    """load_inline's CUDA build and CuPy's NVRTC kernels, judged on the GPU in a container."""
+    from test_adversarial import CORPUS, check_verdict, parse_case, problem_path
+
+    parsed = parse_case(CORPUS / case)
+    result = evaluate(load_problem(problem_path(parsed.problem)), parsed.path.read_text(),
+                      options(fast_options, device="cuda", timeout=parsed.timeout))
+    assert check_verdict(parsed, result, 0.0) == [], result.message
