@@ -58,7 +58,11 @@ trap cleanup EXIT
 cleanup
 cp -l "$wheels"/*.whl wheelhouse/ 2>/dev/null || cp "$wheels"/*.whl wheelhouse/
 started=$(date +%s)
-docker build --network none --build-arg BASE="$base" --build-arg FLAVOUR="$flavour" \
-  --build-arg TORCH_VERSION="$torch" -t "$tag" .
+if ! docker build --network none --build-arg BASE="$base" --build-arg FLAVOUR="$flavour" \
+  --build-arg TORCH_VERSION="$torch" -t "$tag" . >"$cache/build-$flavour.log" 2>&1; then
+  tail -n 40 "$cache/build-$flavour.log" >&2
+  echo "docker build failed: its log is $cache/build-$flavour.log" >&2
+  exit 1
+fi
 size=$(docker image inspect -f '{{.Size}}' "$tag")
 echo "sandbox image $tag ($flavour, torch $torch): built in $(( $(date +%s) - started )) s, $(( size / 1000000 )) MB"

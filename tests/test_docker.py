@@ -47,6 +47,11 @@ def options(fast_options, **extra):
     return fast_options(isolation="docker", image=containers.DEFAULT_IMAGE, **extra)
 
 
+def quick(fast_options, **extra):
+    """For a test of the sandbox, not of timing: the fewest trials and timed calls."""
+    return options(fast_options, timing_budget=0.3, correctness_trials=2, warmup_calls=1, min_timed_calls=3, **extra)
+
+
 def mine(client) -> list:
     """This process's worker containers, running or not."""
     owner = f"{socket.gethostname()}:{os.getpid()}"
@@ -60,7 +65,7 @@ def client():
 
 def test_an_honest_candidate_is_correct_in_containers_whose_cgroup_the_host_holds(client, fast_options):
     source = (REPO / "examples/candidates/1_ReLU/relu_clamp.py").read_text()
-    result = evaluate(load_problem(RELU), source, options(fast_options))
+    result = evaluate(load_problem(RELU), source, quick(fast_options))
     assert result.status == "correct", result.message
     assert result.isolation.backend == "docker" and result.isolation.containment == "docker"
     assert "container's own cgroup" in result.isolation.containment_detail
@@ -87,7 +92,7 @@ if self.calls == 1:
         print("root: read-only", file=sys.stderr)
     print("uid", os.getuid(), "capeff", open("/proc/self/status").read().split("CapEff:")[1].split()[0], file=sys.stderr)
 """)
-    result = evaluate(load_problem(RELU), probe, options(fast_options))
+    result = evaluate(load_problem(RELU), probe, quick(fast_options))
     assert result.status == "correct", result.message
     output = result.candidate_output
     assert "interfaces ['lo']" in output and "network: refused" in output
@@ -107,7 +112,7 @@ if self.calls == 1:
     except OSError as exc:
         print("spawned", children, "then", exc.strerror, file=sys.stderr)
 """)
-    result = evaluate(load_problem(RELU), bomb, options(fast_options, timeout=60))
+    result = evaluate(load_problem(RELU), bomb, quick(fast_options, timeout=60))
     assert result.status in ("rejected", "runtime_error"), result.message
     spawned = [line for line in result.candidate_output.splitlines() if line.startswith("spawned")]
     assert spawned, result.candidate_output[-2000:]
@@ -123,7 +128,7 @@ if self.calls == 1:
     while True:
         kept.append(torch.ones(64 << 20, dtype=torch.uint8))
 """)
-    result = evaluate(load_problem(RELU), hog, options(fast_options, memory_limit=1_000_000_000))
+    result = evaluate(load_problem(RELU), hog, quick(fast_options, memory_limit=1_000_000_000))
     assert result.status in ("rejected", "runtime_error"), result.message
     assert "memory limit" in result.message and "machine ran out" not in result.message, result.message
     assert not mine(client)
@@ -159,7 +164,7 @@ if self.calls == 1:
 
 def test_a_container_killed_from_outside_is_a_runtime_error_and_is_removed(client, fast_options):
     killer = _act_on_the_candidates_container(client, lambda c: c.kill())
-    result = evaluate(load_problem(RELU), SLOW_AT_THE_FIRST_CALL, options(fast_options, timeout=60))
+    result = evaluate(load_problem(RELU), SLOW_AT_THE_FIRST_CALL, quick(fast_options, timeout=60))
     killer.join(timeout=5)
     assert result.status == "runtime_error", result.message
     assert "killed" in result.message or "exited" in result.message, result.message
@@ -168,7 +173,7 @@ def test_a_container_killed_from_outside_is_a_runtime_error_and_is_removed(clien
 
 def test_a_container_paused_forever_times_out_and_is_removed(client, fast_options):
     pauser = _act_on_the_candidates_container(client, lambda c: c.pause())
-    result = evaluate(load_problem(RELU), SLOW_AT_THE_FIRST_CALL, options(fast_options, timeout=15))
+    result = evaluate(load_problem(RELU), SLOW_AT_THE_FIRST_CALL, quick(fast_options, timeout=8))
     pauser.join(timeout=5)
     assert result.status == "timeout", result.message
     assert not mine(client), "a paused container is removed all the same"
