@@ -4,7 +4,8 @@
 # then `docker build --network none` with them (the Dockerfile installs from ./wheelhouse/).
 #   bash scripts/docker_image.sh [--flavour cpu|gpu] [--tag NAME] [--base IMAGE] [--torch VERSION]
 # Defaults: --flavour cpu, --tag kernelopt-sandbox, --base the one docker_base.sh makes, --torch the
-# version in ./.venv (else the Dockerfile's). The wheelhouse is kept in $KERNELOPT_DOCKER_CACHE
+# version in ./.venv for the CPU flavour (the host's and the image's torch then agree), else the
+# Dockerfile's. The wheelhouse is kept in $KERNELOPT_DOCKER_CACHE
 # (default ~/.cache/kernelopt/docker/wheelhouse-FLAVOUR-pyXY), so a second run downloads nothing
 # new; an air-gapped cluster copies that directory over (docs/sandbox.md, "Offline").
 # DOCKER_HOST picks the daemon (scripts/dockerd.sh starts a private one).
@@ -25,7 +26,7 @@ if [ -z "$base" ]; then
   base=$(bash scripts/docker_base.sh | tail -n 1)
 fi
 if [ -z "$torch" ]; then
-  if [ -x .venv/bin/python ]; then
+  if [ "$flavour" = cpu ] && [ -x .venv/bin/python ]; then
     torch=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
   else
     torch=$(sed -n 's/^ARG TORCH_VERSION=//p' Dockerfile)

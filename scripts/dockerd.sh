@@ -7,7 +7,7 @@
 # No iptables rules and no bridge: the host's network is left as it is, and containers (and
 # build steps) get no network at all. The images live in a data root that survives between runs,
 # $KERNELOPT_DOCKER_CACHE/data (default ~/.cache/kernelopt/docker/data), so a second run finds
-# the base and the sandbox image built; a lock keeps two daemons off one data root.
+# the base and the sandbox image built; a second daemon on the same data root is refused.
 # Needs root (dockerd) and docker.io (scripts/docker_tests.sh installs it).
 set -euo pipefail
 action=${1:?usage: dockerd.sh start|stop DIR}
@@ -17,17 +17,15 @@ cache=${KERNELOPT_DOCKER_CACHE:-$HOME/.cache/kernelopt/docker}
 case "$action" in
 start)
   mkdir -p "$dir" "$cache/data"
-  # The lock is held by the daemon itself (its descriptor 9), so it lasts as long as it runs.
-  exec 9>"$cache/data.lock"
-  if ! flock -n 9; then
-    echo "another private dockerd uses $cache/data (set KERNELOPT_DOCKER_CACHE to another directory)" >&2
+  # One daemon per data root: a second would corrupt it.
+  if pgrep -f -- "--data-root $cache/data" >/dev/null; then
+    echo "another dockerd uses $cache/data (set KERNELOPT_DOCKER_CACHE to another directory)" >&2
     exit 1
   fi
   dockerd --iptables=false --ip-masq=false --bridge=none \
     --host "unix://$dir/docker.sock" --data-root "$cache/data" --exec-root "$dir/exec" \
-    --pidfile "$dir/dockerd.pid" >"$dir/dockerd.log" 2>&1 &
+    --pidfile "$dir/dockerd.pid" >"$dir/dockerd.log" 2>&1 </dev/null &
   echo $! >"$dir/dockerd.pid.launch"
-  exec 9>&-
   for _ in $(seq 1 120); do
     if DOCKER_HOST="unix://$dir/docker.sock" docker version >/dev/null 2>&1; then
       echo "unix://$dir/docker.sock"
@@ -55,6 +53,11 @@ stop)
       kill -KILL "$pid" 2>/dev/null || true
     fi
   fi
+  # Container shims of this daemon outlive it by design (live restore); a private daemon's go too.
+  for shim in $(pgrep -f -- "-address $dir/exec/containerd/" || true); do
+    echo "stopping a container shim left by the daemon (pid $shim)" >&2
+    kill -KILL "$shim" 2>/dev/null || true
+  done
   ;;
 *)
   echo "usage: dockerd.sh start|stop DIR" >&2

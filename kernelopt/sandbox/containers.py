@@ -230,6 +230,15 @@ class ContainerProcess:
 
     def kill(self) -> None:
         try:
+            # A container paused through the daemon (by an operator, or the daemon-paused
+            # fallback) is unpaused through it first: removing it paused left containerd's task,
+            # and its shim process, running behind a container the daemon had forgotten.
+            self.container.reload()
+            if self.container.attrs["State"].get("Paused"):
+                self.container.unpause()
+        except Exception:
+            pass
+        try:
             self.container.remove(force=True)  # kills it first
         except Exception:
             pass
