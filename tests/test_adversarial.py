@@ -521,8 +521,13 @@ DOCKER_DIFFERS: dict[str, str] = {
     "hacks/mutate_input_inplace.py": "input mutation is seen in the shared input slot; in a container the "
     "candidate mutates its own decoded copy, which nothing else reads (the reference and the host keep "
     "theirs): not flagged, and harmless",
+    "hacks/mutate_input_roundtrip.py": "input mutation, as mutate_input_inplace.py",
+    "hacks/mutate_gather_table.py": "input mutation, as mutate_input_inplace.py",
     "hacks/cache_by_data_ptr.py": "fresh buffers for every call's inputs: the cache keyed on data pointers "
     "never hits, so the candidate computes every call (correct, and slower than the reference)",
+    "hacks/timer_hidden_work_in_output_finalizer.py": "containers are timed by the wall clock to the answer "
+    "(not the group's CPU clock), which does not charge all of the finalizer's hidden work: correct at "
+    "0.83x where its header wants it charged down to 0.5x; it gains nothing",
 }
 
 
