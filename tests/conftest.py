@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -113,6 +114,62 @@ def pytest_collection_modifyitems(config, items):
         for marker, (available, reason) in skips.items():
             if marker in item.keywords and not available:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@functools.lru_cache(maxsize=None)
+def docker_sandbox_missing() -> str:
+    """Why the `docker` tests cannot run here ("" when they can): the SDK, a daemon (DOCKER_HOST;
+    scripts/docker_tests.sh starts a private one) and the sandbox image with this checkout's
+    worker protocol (scripts/docker_image.sh builds it)."""
+    try:
+        from kernelopt.sandbox import containers
+
+        containers.connect(containers.DEFAULT_IMAGE, "cpu")
+    except Exception as exc:  # noqa: BLE001 - any reason is a reason to skip (or, in CI, to fail)
+        return f"needs a Docker daemon and the {DEFAULT_DOCKER_IMAGE} image: {exc}"
+    return ""
+
+
+DEFAULT_DOCKER_IMAGE = "kernelopt-sandbox"
+
+
+@pytest.fixture(autouse=True)
+def _docker_sandbox(request):
+    """`docker`-marked tests skip where no daemon or image is present, saying why; in CI (CI set)
+    they fail instead, so a broken CI docker step cannot pass as skips."""
+    if request.node.get_closest_marker("docker") is None:
+        yield
+        return
+    missing = docker_sandbox_missing()
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI runs the docker tests against a real daemon (scripts/docker_tests.sh): {missing}")
+    if missing:
+        pytest.skip(missing)
+    request.getfixturevalue("_no_containers_left")
+    yield
+
+
+@pytest.fixture(scope="session")
+def _no_containers_left():
+    """After the docker tests, no container of this process is left behind (under a private
+    daemon, KERNELOPT_DOCKER_PRIVATE=1: none at all, whoever made it)."""
+    yield
+    import socket
+
+    import docker
+
+    from kernelopt.sandbox import containers
+
+    client = docker.from_env()
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    deadline = time.monotonic() + 15  # a removal still under way
+    while True:
+        left = [c for c in client.containers.list(all=True)
+                if os.environ.get("KERNELOPT_DOCKER_PRIVATE") == "1" or c.labels.get(containers.OWNER_LABEL) == owner]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"containers left behind: {[(c.short_id, c.status, c.labels) for c in left]}"
 
 
 @pytest.fixture

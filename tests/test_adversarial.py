@@ -13,7 +13,6 @@ evaluate_file, describe).
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import re
@@ -248,12 +247,14 @@ def _marks_for(markers: set[str]) -> list:
     return marks
 
 
-def _case_params():
-    """One param per case, ordered so that cases sharing an Evaluator (same problem and
-    options) are adjacent."""
+def _case_params(only: tuple[str, ...] | None = None):
+    """One param per case (of `only`, where given), ordered so that cases sharing an Evaluator
+    (same problem and options) are adjacent."""
     params = []
     for path in sorted(discover(), key=_evaluator_group):
         rel = path.relative_to(CORPUS).as_posix()
+        if only is not None and rel not in only:
+            continue
         try:  # lenient at collection: a broken header fails in the test, not the collection
             markers = {w for k, v in read_header(path) if k == "marker" for w in v.split()}
         except (HeaderError, OSError):
@@ -499,26 +500,49 @@ def test_adversarial_case(path, shared_evaluators):
     judge_case(case, _case_options(case), shared_evaluators)
 
 
-@functools.lru_cache(maxsize=None)
-def _docker_sandbox_ready() -> bool:
-    """A daemon is reachable and the sandbox image (`docker build -t kernelopt-sandbox .`) is built."""
-    try:
-        from kernelopt.sandbox import containers
-
-        containers.connect(containers.DEFAULT_IMAGE, "cpu")
-        return True
-    except Exception:
-        return False
+# What CI judges with every worker in a container of the sandbox image (the `docker` marker;
+# tests/conftest.py skips it without a daemon and the image, and fails it in CI): the exact copies
+# of two problems, a C++ extension built inside the container, and hacks of each kind (the
+# channel, the census, the cgroup, the clock, a crash, a hang, a constant output); the limits,
+# kills and pauses are tests/test_docker.py's. The whole corpus in containers is
+# benchmarks/corpus_in_docker.py (CI's budget holds a few minutes of it).
+DOCKER_SUBSET = (
+    "honest/relu_exact_copy.py", "honest/relu_cpp_extension.py", "honest/softmax_exact_copy.py",
+    "hacks/io_steal_stdin.py", "hacks/child_daemonized_grandchild.py", "hacks/helper_leaves_its_cgroup.py",
+    "hacks/thread_native_pthread.py", "hacks/patch_perf_counter.py", "hacks/crash_segfault_in_forward.py",
+    "hacks/hang_infinite_loop.py", "hacks/const_softmax_uniform.py",
+)
+# Cases whose verdict in a container differs from bubblewrap's for a reason of the backend, not
+# of the referee: the families only the namespace backends' shared input slot shows (a container
+# gets no descriptors, so each call's inputs travel in a frame and are decoded into the worker's
+# own fresh memory). rel -> why. benchmarks/corpus_in_docker.py reports them apart; none is in
+# DOCKER_SUBSET. Either verdict gains the hack nothing.
+DOCKER_DIFFERS: dict[str, str] = {
+    "hacks/mutate_input_inplace.py": "input mutation is seen in the shared input slot; in a container the "
+    "candidate mutates its own decoded copy, which nothing else reads (the reference and the host keep "
+    "theirs): not flagged, and harmless",
+    "hacks/mutate_input_roundtrip.py": "input mutation, as mutate_input_inplace.py",
+    "hacks/mutate_gather_table.py": "input mutation, as mutate_input_inplace.py",
+    "hacks/cache_by_data_ptr.py": "fresh buffers for every call's inputs: the cache keyed on data pointers "
+    "never hits, so the candidate computes every call (correct, and slower than the reference)",
+    "hacks/timer_hidden_work_in_output_finalizer.py": "containers are timed by the wall clock to the answer "
+    "(not the group's CPU clock), which does not charge all of the finalizer's hidden work: correct at "
+    "0.83x where its header wants it charged down to 0.5x; it gains nothing",
+}
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("path", _case_params())
+@pytest.mark.parametrize("path", _case_params(DOCKER_SUBSET))
 def test_adversarial_case_in_a_container(path, shared_evaluators):
-    """The whole corpus again, every worker in a container of the sandbox image."""
-    if not _docker_sandbox_ready():
-        pytest.skip("needs a Docker daemon and the kernelopt-sandbox image")
+    """The chosen cases again, every worker in a container of the sandbox image."""
     case = parse_case(path)
     judge_case(case, _case_options(case).model_copy(update={"isolation": "docker"}), shared_evaluators)
+
+
+def test_the_docker_subset_names_cases_of_the_corpus():
+    rels = {path.relative_to(CORPUS).as_posix() for path in discover()}
+    assert set(DOCKER_SUBSET) <= rels and set(DOCKER_DIFFERS) <= rels
+    assert not set(DOCKER_SUBSET) & set(DOCKER_DIFFERS)
 
 
 def judge_case(case: Case, options, shared_evaluators) -> None:

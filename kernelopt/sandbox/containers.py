@@ -28,6 +28,7 @@ from kernelopt.sandbox.worker import wire
 
 DEFAULT_IMAGE = "kernelopt-sandbox"
 PROTOCOL_LABEL = "org.kernelopt.worker-protocol"
+FLAVOUR_LABEL = "org.kernelopt.flavour"  # gpu or cpu (the Dockerfile's FLAVOUR)
 OWNER_LABEL = "org.kernelopt.owner"  # host:pid of the kernelopt process that started it
 WORKER_ROOT = "/opt/kernelopt"  # where the image holds the worker package
 # Variables the image sets for itself: the host's values would point at the host's files.
@@ -136,6 +137,30 @@ def check_image(client, image: str) -> None:
                           "from this version's checkout")
 
 
+def describe(client, image: str) -> str:
+    """One line on the daemon, the image (its flavour, size), its worker-protocol label and
+    whether GPUs are passed through (for doctor)."""
+    try:
+        info = client.info()
+    except Exception:  # noqa: BLE001 - an answer without info: say what is known
+        info = {}
+    host = os.environ.get("DOCKER_HOST") or "the default socket"
+    try:
+        found = client.images.get(image)
+        labels = found.labels or {}
+        size = f", {found.attrs.get('Size', 0) / 1e9:.2f} GB"
+    except Exception:  # noqa: BLE001
+        labels, size = {}, ""
+    flavour = labels.get(FLAVOUR_LABEL, "unknown")
+    try:
+        check_nvidia_runtime(info)
+        gpus = "GPUs: passed through (NVIDIA runtime)"
+    except DockerError:
+        gpus = "GPUs: not passed through (no NVIDIA runtime in the daemon: CPU jobs only)"
+    return (f"daemon {info.get('ServerVersion', '?')} at {host}; image {image} ({flavour} flavour{size}), "
+            f"worker protocol {labels.get(PROTOCOL_LABEL, 'none')}; {gpus}")
+
+
 def check_nvidia_runtime(info: dict) -> None:
     """GPUs reach a container through the NVIDIA Container Toolkit (a runtime or CDI specs)."""
     if "nvidia" in (info.get("Runtimes") or {}) or info.get("CDISpecDirs"):
@@ -204,6 +229,15 @@ class ContainerProcess:
         return code
 
     def kill(self) -> None:
+        try:
+            # A container paused through the daemon (by an operator, or the daemon-paused
+            # fallback) is unpaused through it first: removing it paused left containerd's task,
+            # and its shim process, running behind a container the daemon had forgotten.
+            self.container.reload()
+            if self.container.attrs["State"].get("Paused"):
+                self.container.unpause()
+        except Exception:
+            pass
         try:
             self.container.remove(force=True)  # kills it first
         except Exception:

@@ -154,16 +154,21 @@ def _mounts() -> list[tuple[str, Path, set[str]]]:
 
 def _own_cgroups() -> dict[str, str]:
     """The host's own cgroup per hierarchy ("" for v2's, else each controller name)."""
-    own: dict[str, str] = {}
+    return _cgroups_of(os.getpid())
+
+
+def _cgroups_of(pid: int) -> dict[str, str]:
+    """Process `pid`'s cgroup per hierarchy, as /proc/<pid>/cgroup names it for this host."""
+    groups: dict[str, str] = {}
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
-        return own
+        return groups
     for line in lines:
         _, controllers, path = line.split(":", 2)
         for controller in controllers.split(",") if controllers else [""]:
-            own[controller] = path
-    return own
+            groups[controller] = path
+    return groups
 
 
 def _probe_v2() -> tuple[Mechanism | None, str]:
@@ -302,11 +307,59 @@ class Group:
         with _live_lock:
             _live.add(self)
 
+    adopted_by = ""  # the runtime that made the group (a container's: "docker"), where it was adopted
+
+    @classmethod
+    def adopt(cls, pid: int, runtime: str, container_id: str) -> Group | None:
+        """The group a process already lives in, made by a container runtime (`runtime`: its
+        name, the verdict's containment kind): the host then freezes, charges, reads and kills
+        the container's processes through the kernel's files itself, as it does its own groups',
+        instead of through the runtime's pause and stats (a daemon round trip each). None where
+        this host cannot write the group's files (a remote or rootless daemon, another cgroup
+        namespace): the caller keeps the runtime's own controls. The runtime removes the group.
+        Only a group named for `container_id` is adopted (cgroupfs: .../docker/<id>; systemd:
+        docker-<id>.scope): never the host's own group, which a process outside any container,
+        or a runtime that placed it elsewhere, would name."""
+        own = {hierarchy: path for hierarchy, path in _cgroups_of(pid).items()
+               if container_id and container_id in path.rsplit("/", 1)[-1]}
+        mounts = _mounts()
+        v2 = next((point for fstype, point, _ in mounts if fstype == "cgroup2"), None)
+        v1: dict[str, Path] = {}
+        for fstype, point, options in mounts:
+            for controller in _V1_CONTROLLERS:
+                if fstype == "cgroup" and controller in options and controller in own:
+                    v1.setdefault(controller, point / own[controller].lstrip("/"))
+        if "freezer" in v1 and "cpuacct" in v1:
+            mechanism = Mechanism("cgroup1", v1, "memory" in v1)
+            needed = [v1["freezer"] / "freezer.state", v1["cpuacct"] / "cpuacct.usage"]
+        elif v2 is not None and own.get("", "/") != "/":
+            path = v2 / own[""].lstrip("/")
+            mechanism = Mechanism("cgroup2", {"unified": path}, (path / "memory.max").exists())
+            needed = [path / "cgroup.freeze", path / "cpu.stat"]
+        else:
+            return None
+        if not all(os.access(file, os.W_OK if file.name.endswith(("state", "freeze")) else os.R_OK)
+                   for file in needed):
+            return None
+        group = cls.__new__(cls)
+        group.mechanism = mechanism
+        group.v2 = mechanism.name == "cgroup2"
+        group.paths = dict(mechanism.parents)
+        group._main = group.paths["unified" if group.v2 else "freezer"]
+        group.name = group._main.name
+        group.adopted_by = runtime
+        if pid not in group.members():
+            return None  # the process left (or another namespace names the path differently)
+        return group
+
     @property
     def kind(self) -> str:
-        return self.mechanism.name
+        return self.adopted_by or self.mechanism.name
 
     def record(self) -> str:
+        if self.adopted_by:
+            return (f"{self.adopted_by}: the container's own cgroup ({self.mechanism.name}), frozen, charged and "
+                    "killed by the host through the kernel's files")
         return self.mechanism.record()
 
     def attach(self, pid: int) -> None:
@@ -446,7 +499,11 @@ class Group:
             time.sleep(0.01)
 
     def remove(self) -> None:
-        """Kill whatever is left and delete the group (every hierarchy's directory)."""
+        """Kill whatever is left and delete the group (every hierarchy's directory); an adopted
+        group's directories are its runtime's to delete."""
+        if self.adopted_by:
+            self.kill(wait_s=1.0)
+            return
         if self._main in self.paths.values():
             self.kill()
         for hierarchy, path in list(self.paths.items()):

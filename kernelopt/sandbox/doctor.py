@@ -301,15 +301,19 @@ def _check_containment(report: Report) -> Check:
 
 
 def _check_docker(device: str) -> Check:
-    """The container backend: SDK, daemon, the sandbox image and its protocol, the GPU runtime."""
+    """The container backend: SDK, daemon, the sandbox image and its protocol, the GPU runtime.
+    Its detail names the daemon (version, DOCKER_HOST), the image (its flavour: torch and CUDA
+    as the image's labels and environment say), its worker-protocol label, and whether GPUs are
+    passed through (the NVIDIA runtime or CDI)."""
     from kernelopt.sandbox import containers
 
     try:
-        containers.connect(containers.DEFAULT_IMAGE, device)
+        client = containers.connect(containers.DEFAULT_IMAGE, device)
     except containers.DockerError as exc:
         return Check("sandbox:docker", False, "not usable (--sandbox docker)", str(exc))
-    return Check("sandbox:docker", True, f"works with image {containers.DEFAULT_IMAGE}: no network, read-only "
-                 "root, no capabilities, pids/memory limits, one GPU per container (--sandbox docker)")
+    return Check("sandbox:docker", True, containers.describe(client, containers.DEFAULT_IMAGE)
+                 + "; no network, read-only root, no capabilities, pids/memory limits, one GPU per container "
+                 "(--sandbox docker)")
 
 
 _CUDA_PROBE = ("import torch; assert torch.cuda.is_available(), 'no CUDA device visible'; "
