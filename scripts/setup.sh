@@ -18,7 +18,7 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   else
     spec=torch==2.13.0    # the CPU build is enough without a GPU
   fi
-  echo "installing $spec"
+  echo "installing $spec (a few minutes on a fresh machine: torch is large)"
   $PIP install -q "$spec"
 fi
 $PIP install -q -e '.[dev]'

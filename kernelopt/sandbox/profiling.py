@@ -192,8 +192,8 @@ def _rates(side: SideProfile) -> str:
     parts = []
     if side.speed_of_light is not None:
         parts.append(f"{side.speed_of_light:.1%} of speed of light")
-    if side.gflops is not None:
-        parts.append(_amount(side.gflops * 1e9, "FLOP/s"))
+    if side.gflops is not None:  # the problem's FLOPs: work the candidate may have skipped counts as done
+        parts.append(_amount(side.gflops * 1e9, "FLOP/s") + " (the reference's work)")
     if side.gbytes is not None:
         parts.append(_amount(side.gbytes * 1e9, "B/s"))
     return ", ".join(parts) or "no rates"
