@@ -236,7 +236,7 @@ def test_per_request_options_are_exactly_the_judging_ones():
     # here and fails this test until someone decides whose it is (and documents it in docs/serve.md).
     assert set(REQUEST_OPTIONS) == {"correctness_trials", "atol", "rtol", "max_rel_error", "precision_policy",
                                     "warmup_calls", "min_timed_calls", "max_timed_calls", "target_rel_spread",
-                                    "target_precision", "timing_budget", "outlier_speedup"}
+                                    "target_precision", "timing_budget", "outlier_speedup", "training_pass", "shapes"}
 
 
 # -- queueing, with verdicts held back ----------------------------------------------------------------
