@@ -85,7 +85,7 @@ suite() {
   timeout -s INT -k 20 ${SUITE_CAP:-300} python3 -m pytest -p no:cacheprovider -p live_report -n 6 -v --tb=short \
     -m "gpu or cuda_build" tests/test_device_slots.py tests/test_gpu.py tests/test_backends.py tests/test_baselines.py tests/test_bench_agent.py \
     tests/test_cuda_build.py tests/test_doctor.py tests/test_gpu_busy.py tests/test_model.py tests/test_profile.py \
-    tests/test_ray.py > "$OUT/suite.log" 2>&1
+    tests/test_ray.py tests/test_training.py tests/test_physics.py > "$OUT/suite.log" 2>&1
   stamp "suite rc=$?"; stop_leftovers
 }
 
