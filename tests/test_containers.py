@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 from fake_docker import FakeDaemon
 
-from kernelopt.kernelbench import load_problem
+from kernelopt.kernelbench import ProblemError, load_problem
 from kernelopt.sandbox import containers, evaluate, isolation
 from kernelopt.sandbox.process import SandboxError
 from kernelopt.sandbox.worker import wire
@@ -210,9 +210,15 @@ def test_a_daemon_that_dies_mid_call_ends_the_evaluation_and_leaves_no_process(m
     started = time.monotonic()
     try:
         result = evaluate(load_problem(example("1_ReLU")), slow, docker_options(fast_options, timeout=30))
-    except SandboxError as exc:  # the reference's side went first: the sandbox failed, no verdict
+    except SandboxError as exc:  # a worker could not start: the sandbox failed, no verdict
         result = None
         assert "could not" in str(exc) or "docker" in str(exc).lower(), exc
+    except ProblemError as exc:
+        # The reference's call was in flight when the daemon died: it reads as the reference
+        # failing (issue 43: a daemon's death is not yet told from a worker's). Which side is in
+        # flight is a race; what this test holds either way is below: no hang, no process left.
+        result = None
+        assert "reference worker" in str(exc), exc
     finally:
         containers.connect.cache_clear()
     assert time.monotonic() - started < 120, "a dead daemon does not hang the evaluation"
