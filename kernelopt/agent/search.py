@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from kernelopt.kernelbench import Problem, problem_from_source
 from kernelopt.kernelbench.backends import resolve_backend
 from kernelopt.sandbox import EvalOptions
 from kernelopt.sandbox.hardware import describe as describe_hardware
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -134,13 +137,25 @@ def run_search(run: SearchRun, out_dir: Path,
         budget.stop(error)
         raise
     finally:
-        pipeline.close(interrupted=status == "interrupted")
+        _close(pipeline, interrupted=status == "interrupted")
         if pipeline.fatal is not None:
             status, error = "failed", str(pipeline.fatal)
         summary = summarize(pipeline, run_id, config, run.problem, out_dir, time.monotonic() - started,
                             stop_reason=error or budget.stop_reason() or "strategy finished", status=status)
         run.store.set_run_status(run_id, status, summary.to_json(), error)
     return RunOutcome(run_id, summary, pipeline.attempts)
+
+
+def _close(pipeline: AttemptPipeline, interrupted: bool) -> None:
+    """Stop the pipeline. After an interrupt, a failure to clean up (workers killed under an
+    evaluation in flight) must not replace the interrupt: the run is still saved as interrupted
+    and the command still exits at once with its resume line."""
+    try:
+        pipeline.close(interrupted=interrupted)
+    except Exception as exc:
+        if not interrupted:
+            raise
+        log.warning("cleaning up after the interrupt: %s: %s", type(exc).__name__, exc)
 
 
 def build_pipeline(run: SearchRun, budget: Budget, on_event=None) -> AttemptPipeline:

@@ -101,7 +101,7 @@ class Evaluator:
         self._keeper: device_slots.Keeper | None = None  # the device slots' keeper, where one is used
         self._reference: _WarmReference | None = None
         self._candidates: _CandidateWorkers | None = None
-        self._closed = False
+        self._closed, self._closing = False, threading.Lock()
         # A problem judged as several plain ones (its input configurations, its training
         # passes): an Evaluator for each (derived.py).
         self._parts = derived.plan(problem, self.options,
@@ -141,10 +141,13 @@ class Evaluator:
 
     def close(self, at_once: bool = False) -> None:
         """Stop every worker and remove the scratch directories (unless keep_scratch). At once:
-        kill them without asking them to quit (an interrupt; an evaluation in flight then fails)."""
-        if self._closed:
-            return
-        self._closed = True
+        kill them without asking them to quit (an interrupt; an evaluation in flight then fails).
+        Once: an interrupt closes from the main thread while the evaluating thread, seeing its
+        worker killed, closes too."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
         if self._parts is not None:
             self._parts.close(at_once)
         if self._candidates is not None:

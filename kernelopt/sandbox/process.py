@@ -220,6 +220,7 @@ class WorkerProcess:
         os.set_blocking(self._cmd_write, False)  # sends wait with a deadline (see send)
         self._reader = wire.FrameReader(self._out_read, max_blob_bytes=max_reply_bytes, room=host_memory_room)
         self._stop_watch = threading.Event()
+        self._closing, self._closed = threading.Lock(), False
         threading.Thread(target=self._watch_memory, daemon=True).start()
 
     def send(self, message: dict, blobs: Sequence[bytes] = (), deadline: float | None = None) -> None:
@@ -435,8 +436,22 @@ class WorkerProcess:
     def close(self, ask: bool = True) -> None:
         """Ask the worker to quit, then make sure its whole tree is gone. A frozen worker is not
         asked (it could not read the request, and the host would wait out the timeout for each
-        candidate), nor one closed without `ask` (an interrupt): its group is killed as it is."""
-        if ask and self.process.poll() is None and not self.frozen:
+        candidate), nor one closed without `ask` (an interrupt): its group is killed as it is.
+
+        Once only, whichever thread comes first: a descriptor closed twice closes whatever the
+        process opened in between under the same number (an interrupt's second close once shut
+        the directory `rmtree` was walking). Without `ask`, another thread may still be reading
+        the worker's pipe: its descriptors and slots are left to the process's exit, which an
+        interrupt is about to reach; the kill gives that reader its end of file."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+        if not ask:
+            self.kill()
+            self.contained.remove()
+            return
+        if self.process.poll() is None and not self.frozen:
             try:
                 wire.write_frame(self._cmd_write, commands.quit_(), deadline=time.monotonic() + 2.0)
                 self.process.wait(timeout=2.0)

@@ -21,7 +21,7 @@ class _Finish(TorchFunctionMode):
         for arg in args:
             if isinstance(arg, torch.Tensor) and id(arg) in _pending:
                 with torch._C.DisableTorchFunction():
-                    torch.relu(_pending.pop(id(arg)), out=arg)
+                    torch.clamp(_pending.pop(id(arg)), min=0, out=arg)
         return func(*args, **(kwargs or {}))
 
 
