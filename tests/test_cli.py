@@ -107,6 +107,26 @@ def test_reference_whose_get_inputs_raises_exits_2(tmp_path):
     assert str(broken) in run.stderr and "no inputs today" in run.stderr
 
 
+def test_a_failing_reference_s_traceback_points_into_the_user_s_file(tmp_path):
+    """The worker runs a copy of the problem; its frames are named as the user's file, with the
+    file's own line numbers. A configuration of a multi-shape problem is derived source (other
+    lines): its frames keep the copy's name."""
+    broken = tmp_path / "9_FailsInForward.py"
+    body = ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+            "        return x @ torch.ones(3, 3)\n"
+            "def get_inputs():\n    return [torch.randn(4, 5)]\ndef get_init_inputs():\n    return []\n")
+    broken.write_text(body)
+    run = kernelopt("eval", "--reference", str(broken), "--candidate",
+                    "examples/candidates/1_ReLU/relu_clamp.py", "--json", *FAST)
+    assert run.returncode == 2
+    assert f'File "{broken}", line 4, in forward' in run.stderr and "/reference/problem.py" not in run.stderr
+    shaped = tmp_path / "9_ShapedFails.py"
+    shaped.write_text(body.replace("torch.randn(4, 5)", "torch.randn(N, 5)") + "N = 4\nSHAPES = [{'N': 6}, {'N': 8}]\n")
+    run = kernelopt("eval", "--reference", str(shaped), "--candidate",
+                    "examples/candidates/1_ReLU/relu_clamp.py", "--json", *FAST)
+    assert run.returncode == 2 and "/reference/problem.py" in run.stderr and f'File "{shaped}"' not in run.stderr
+
+
 def test_size_parser():
     from kernelopt.cli.options import parse_size
 

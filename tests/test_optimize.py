@@ -95,6 +95,17 @@ def test_call_token_and_cost_budgets_are_honoured(endpoint, capsys, tmp_path, fl
     assert reason in summary["stop_reason"]
     if "--price" in flags:
         assert summary["cost"] == pytest.approx(3.0)
+    else:  # no price for the model: unknown, not free
+        assert summary["cost"] is None
+
+
+def test_a_run_without_a_price_says_its_cost_is_unknown(endpoint, capsys, tmp_path):
+    from kernelopt.cli.text import format_cost, summary_text
+
+    with ScriptedLLMServer([Reply(content=NO_CODE, prompt_tokens=1000, completion_tokens=0)]) as server:
+        _, summary, _ = optimize(capsys, server, tmp_path / "s.sqlite", "--strategy", "refine", "--budget", "1")
+    assert summary["cost"] is None and "cost unknown (no --price for the model)" in summary_text(summary)
+    assert format_cost(0.0) == "$0.0000"  # a price and nothing paid (cached answers): known, and free
 
 
 def test_wall_time_budget(endpoint, capsys, tmp_path):

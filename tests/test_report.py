@@ -399,3 +399,23 @@ def test_verdicts_with_a_physical_floor_get_a_speed_of_light_table(tmp_path, cap
     assert "| level | id | name | best speedup | candidate SOL | reference SOL | floor ms | ceiling |" in markdown
     assert "| 1 | 1 | ReLU | 2.00x | 10.0% | 5.0% | 0.05 | measured |" in markdown
     assert "| 1 | 2 | Tanh |" not in markdown.split("## Speed of light")[1].split("##")[0]
+
+
+def test_an_agent_run_without_a_price_reports_its_cost_as_unknown_not_free(tmp_path, capsys):
+    problems = problem_set(tmp_path, [(1, 1, "ReLU")])
+    record = {"key": "agent/1/1", "kind": "agent", "level": 1, "problem_id": 1, "name": "ReLU", "status": "correct",
+              "correct": True, "speedup": 2.0, "run_id": "r1", "llm_calls": 3, "optimization_kinds": [],
+              "flags": [], "wall_s": 4.0, "cost": None, "best_by_call": [[1, 2.0]]}
+    folder = tmp_path / "run"
+    summary = write_run(folder, problems, [health(1, 1), record], "agent")
+    summary.update(llm_calls=3, cost=None, model="m", strategy="refine")
+    (folder / "summary.json").write_text(json.dumps(summary))
+    code, _, _ = report(capsys, folder)
+    assert code == 0
+    markdown = (folder / "report.md").read_text()
+    assert "LLM calls 3, cost unknown (no price for the model)." in markdown
+    assert "| 1 | 1 | ReLU | correct | 2.00x |  |  |  | 3 | unknown | 4 |" in markdown
+    summary["cost"] = 0.25
+    (folder / "summary.json").write_text(json.dumps(summary))
+    report(capsys, folder)
+    assert "LLM calls 3, cost $0.2500." in (folder / "report.md").read_text()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from kernelopt.agent.attempt import Attempt
-from kernelopt.agent.selection import confirmed, conservative_speedup, leader
+from kernelopt.agent.selection import conservative_speedup, head_to_head, leader
 from kernelopt.agent.strategies import subtree_values
-from kernelopt.sandbox.results import EvalResult, Timing, TimingStats
+from kernelopt.sandbox.results import EvalResult, HeadToHead, Timing, TimingStats
 
 
 def verdict(speedup: float | None, precision: float | None = None, status: str = "correct") -> EvalResult:
@@ -33,25 +33,28 @@ def test_a_wide_lucky_reading_ranks_below_a_narrow_steady_one():
     assert subtree_values([lucky, steady]) == {1: pytest.approx(1.62), 2: pytest.approx(1.9)}  # tree's values
 
 
-def test_confirmed_keeps_the_lower_reading_and_lists_both():
-    kept = confirmed(verdict(2.7, 0.1), verdict(1.9, 0.1))
+def test_head_to_head_keeps_the_lower_reading_and_lists_both():
+    kept = head_to_head(verdict(2.7, 0.1), verdict(1.9, 0.1))
     assert kept.speedup == 1.9 and kept.timing.speedups_measured == [2.7, 1.9]
     assert "judged twice as a new leader: 2.700x, 1.900x" in kept.message
-    assert confirmed(verdict(1.9, 0.1), verdict(2.7, 0.1)).speedup == 1.9
+    assert head_to_head(verdict(1.9, 0.1), verdict(2.7, 0.1)).speedup == 1.9
     # The reading decides, not the interval: a higher reading with a wider interval (lower end
     # 8.85 * 0.71 = 6.28 < 8.60 * 0.8 = 6.88) is still the higher reading and is not kept.
-    assert confirmed(verdict(8.85, 0.29), verdict(8.60, 0.2)).speedup == 8.60
+    assert head_to_head(verdict(8.85, 0.29), verdict(8.60, 0.2)).speedup == 8.60
 
 
 def test_a_second_verdict_that_is_not_correct_wins():
-    kept = confirmed(verdict(2.0, 0.1), verdict(None, status="incorrect"))
+    kept = head_to_head(verdict(2.0, 0.1), verdict(None, status="incorrect"))
     assert kept.status == "incorrect" and not kept.correct
 
 
-def test_an_optimize_run_judges_a_new_leader_twice_and_keeps_the_lower(monkeypatch, capsys, tmp_path):
-    """Through the real pipeline: the first correct candidate takes the lead, so it is judged
-    twice (its stored verdict lists both readings); the same code proposed again is not judged
-    anew; a slower correct candidate, which does not lead, is judged once."""
+def test_an_optimize_run_measures_a_challenger_head_to_head_with_the_leader(monkeypatch, capsys, tmp_path):
+    """Through the real pipeline: the first correct candidate (the reference's own code) takes
+    the lead, so it is judged twice, with no leader to measure against; the faster one that
+    would take the lead from it is judged twice with the leader judged again between, and keeps
+    the lower reading; the same code proposed again is not judged anew."""
+    import hashlib
+    import json
     import sqlite3
 
     from conftest import REPO, SOFTMAX_EQUAL, SOFTMAX_FAST
@@ -61,7 +64,7 @@ def test_an_optimize_run_judges_a_new_leader_twice_and_keeps_the_lower(monkeypat
 
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    answers = [f"```python\n{code}```" for code in (SOFTMAX_FAST, SOFTMAX_FAST, SOFTMAX_EQUAL)]
+    answers = [f"```python\n{code}```" for code in (SOFTMAX_EQUAL, SOFTMAX_FAST, SOFTMAX_FAST)]
     store = tmp_path / "s.sqlite"
     with ScriptedLLMServer(answers) as server:
         code = main(["optimize", str(REPO / "examples" / "level1" / "4_RedundantSoftmax.py"), "--model", "test-model",
@@ -69,11 +72,14 @@ def test_an_optimize_run_judges_a_new_leader_twice_and_keeps_the_lower(monkeypat
                      "--window", "1", "--device", "cpu", "--timing-budget", "1", "--correctness-trials", "2"])
     assert code == 0, capsys.readouterr().err
     rows = sqlite3.connect(store).execute("SELECT result FROM evaluations ORDER BY id").fetchall()
-    import json as _json
-    fast, equal = (_json.loads(r[0]) for r in rows)
+    equal, fast = (json.loads(r[0]) for r in rows)
+    assert len(equal["timing"]["speedups_measured"]) == 2 and equal["timing"]["incumbent"] is None
     assert len(fast["timing"]["speedups_measured"]) == 2 and "judged twice as a new leader" in fast["message"]
     assert fast["speedup"] == pytest.approx(min(fast["timing"]["speedups_measured"]), rel=1e-5)
-    assert len(equal["timing"]["speedups_measured"]) == 1 and "judged twice" not in equal["message"]
+    incumbent = fast["timing"]["incumbent"]
+    assert incumbent["index"] == 1 and incumbent["code_hash"] == hashlib.sha256(SOFTMAX_EQUAL.encode()).hexdigest()
+    assert 0.5 < incumbent["speedup"] < 2.0  # the reference's own code, read again: about 1x
+    assert "the leader (attempt 1) read" in fast["message"]
 
 
 def test_the_lead_changes_only_to_a_clearly_faster_candidate():
@@ -85,3 +91,35 @@ def test_the_lead_changes_only_to_a_clearly_faster_candidate():
     assert leader([near_tie, first]) is first  # the order they were proposed, not the list's
     assert leader([first, near_tie, clearly, failed]) is clearly
     assert leader([failed]) is None
+
+
+def _against(result: EvalResult, leader_attempt: Attempt, fresh: float | None) -> EvalResult:
+    """`result` as a challenger's kept verdict, measured head to head with `leader_attempt`."""
+    return head_to_head(result, result, HeadToHead(index=leader_attempt.index, code_hash=leader_attempt.code_hash,
+                                                   speedup=fresh))
+
+
+def test_a_challenger_must_clear_the_leader_s_fresh_reading_beside_it():
+    """The leader read 2.0x when the machine was busy; beside the challenger, now quiet, it reads
+    3.0x. The challenger's [2.7, 3.3] clears the old reading but not the fresh one: no new leader.
+    Against a fresh reading below the old one, the old one still stands (the higher is the bar)."""
+    first = Attempt(index=1, code="a", code_hash="ha", result=verdict(2.0, 0.1))
+    drifted = Attempt(index=2, code="b", code_hash="hb", result=_against(verdict(3.0, 0.1), first, 3.0))
+    assert leader([first, drifted]) is first
+    clearly = Attempt(index=2, code="b", code_hash="hb", result=_against(verdict(3.0, 0.1), first, 2.1))
+    assert leader([first, clearly]) is clearly
+    # [1.93, 1.97] clears the leader's fresh 1.5x but not its own 2.0x
+    busy_now = Attempt(index=2, code="b", code_hash="hb", result=_against(verdict(1.95, 0.01), first, 1.5))
+    assert leader([first, busy_now]) is first
+    # measured against another attempt than the leader (judged out of order): the leader's own reading decides
+    other = Attempt(index=2, code="b", code_hash="hb",
+                    result=_against(verdict(3.0, 0.1), Attempt(index=9, code="z", code_hash="hz"), 9.0))
+    assert leader([first, other]) is other
+
+
+def test_the_head_to_head_message_names_the_leader_s_fresh_reading():
+    first = Attempt(index=1, code="a", code_hash="ha", result=verdict(2.0, 0.1))
+    kept = _against(verdict(3.0, 0.1), first, 2.05)
+    assert kept.timing.incumbent.index == 1 and kept.timing.incumbent.speedup == 2.05
+    assert "the leader (attempt 1) read 2.050x between them" in kept.message
+    assert "not correct" in _against(verdict(3.0, 0.1), first, None).message

@@ -28,10 +28,11 @@ from kernelopt.agent.config import SearchRun
 from kernelopt.agent.llm import LLMCallError, LLMConfigError, request_key
 from kernelopt.kernelbench.completion import FormatError, extract_code
 from kernelopt.agent.prompting import PromptContext, feedback_text, format_error_feedback, profile_text, short_error
-from kernelopt.agent.selection import confirmed, conservative_speedup, leader
+from kernelopt.agent.selection import conservative_speedup, head_to_head, leader
 from kernelopt.agent.store import LLMCallRecord
 from kernelopt.kernelbench import ProblemError
 from kernelopt.sandbox import EvalOptions, EvalResult
+from kernelopt.sandbox.results import HeadToHead
 from kernelopt.sandbox.batch import Evaluator
 from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.process import SandboxError
@@ -88,6 +89,12 @@ class Attempt:
         speedup interval (its speedup where no interval is known), 0 for anything else. A
         candidate does not lead on a lucky reading alone (conservative_speedup)."""
         return conservative_speedup(self.result) if self.result is not None and self.correct else 0.0
+
+    @property
+    def head_to_head(self) -> HeadToHead | None:
+        """The leader this candidate was measured against when it would have taken the lead."""
+        r = self.result
+        return r.timing.incumbent if r is not None and r.timing is not None else None
 
     @property
     def feedback(self) -> str:
@@ -383,15 +390,18 @@ class AttemptPipeline:
             return future
 
     def _judge(self, code: str, digest: str) -> EvalResult | None:
-        """The verdict for new code. One that would take the lead is judged again at once and
-        keeps the lower of its two readings: the best of many noisy readings is biased upward
-        (the winner's curse), and a leader crowned on one lucky reading would steer the search."""
+        """The verdict for new code. One that would take the lead is measured head to head with
+        the leader: judged again, with the leader judged between its two readings, and keeps the
+        lower of them (selection.py): the best of many noisy readings is biased upward (the
+        winner's curse), and a leader crowned on one lucky reading, or on a machine that grew
+        quieter since the leader was judged, would steer the search."""
         if self.fatal:
             return None
         try:
             result = self._evaluate(code)
             if result.correct and conservative_speedup(result) > self._leading:
-                result = confirmed(result, self._evaluate(code))
+                incumbent = self._measure_leader_again()
+                result = head_to_head(result, self._evaluate(code), incumbent)
         except FATAL_EVAL_ERRORS as exc:
             self._fail(exc)
             return None
@@ -399,6 +409,15 @@ class AttemptPipeline:
             self._leading = max(self._leading, conservative_speedup(result))
         self.store.add_evaluation(self.run_id, digest, result)
         return result
+
+    def _measure_leader_again(self) -> HeadToHead | None:
+        """The run's leader judged once more, now (None before there is one)."""
+        incumbent = self.best()
+        if incumbent is None or incumbent.code is None or incumbent.code_hash is None:
+            return None
+        fresh = self._evaluate(incumbent.code)
+        return HeadToHead(index=incumbent.index, code_hash=incumbent.code_hash,
+                          speedup=fresh.speedup if fresh.correct else None)
 
     def _judged(self, attempt: Attempt, judged: Future, done: Future) -> None:
         exc = judged.exception()

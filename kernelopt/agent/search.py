@@ -27,7 +27,7 @@ from kernelopt.agent.attempt import Attempt, AttemptPipeline
 from kernelopt.agent.config import OptimizeConfig, SearchRun
 from kernelopt.agent.budget import Budget, BudgetLimits
 from kernelopt.agent.prompting import PromptContext
-from kernelopt.agent.store import RunStore, new_run_id
+from kernelopt.agent.store import RunStore, calls_cost, new_run_id
 from kernelopt.agent.strategies import Progress, Strategy, make_strategy, with_eval_defaults
 from kernelopt.kernelbench.training import effective_pass
 from kernelopt.kernelbench import Problem, problem_from_source
@@ -77,7 +77,7 @@ class RunSummary:
     attempts: int
     statuses: dict[str, int]     # attempts by status
     tokens: TokenCounts
-    cost: float
+    cost: float | None  # US dollars; None: a model without a price (--price)
     stop_reason: str
     wall_s: float
     store: str
@@ -222,7 +222,7 @@ def summarize(pipeline: AttemptPipeline, run_id: str, config: OptimizeConfig, pr
         statuses=statuses,
         tokens=TokenCounts(prompt=sum(c["prompt_tokens"] or 0 for c in calls),
                            completion=sum(c["completion_tokens"] or 0 for c in calls)),
-        cost=round(sum(c["cost"] or 0.0 for c in calls), 6),
+        cost=calls_cost(calls),
         stop_reason=stop_reason,
         wall_s=round(wall_s, 2),
         store=str(pipeline.store.path),

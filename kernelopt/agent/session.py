@@ -37,7 +37,7 @@ from kernelopt.agent.attempt import Attempt
 from kernelopt.agent.budget import Budget, BudgetLimits
 from kernelopt.agent.llm import LLMClient, LLMConfigError, resolve_endpoint
 from kernelopt.agent.search import OptimizeConfig, SearchRun, build_pipeline, start_run, stored_problem, summarize
-from kernelopt.agent.store import RunStore, StoreError
+from kernelopt.agent.store import RunStore, StoreError, calls_cost
 from kernelopt.agent.strategies import ancestors, first_messages, make_strategy, refine_messages
 from kernelopt.kernelbench import ProblemError, load_problem
 from kernelopt.kernelbench.backends import resolve_backend
@@ -216,7 +216,7 @@ class Usage:
     llm_calls_failed: int
     prompt_tokens: int
     completion_tokens: int
-    cost: float
+    cost: float | None  # US dollars; None: a model without a price
     evaluations: int
     wall_s: float
 
@@ -428,7 +428,7 @@ class Session:
         return Usage(llm_calls=len(calls), llm_calls_failed=sum(1 for c in calls if c["error"]),
                      prompt_tokens=sum(c["prompt_tokens"] or 0 for c in calls),
                      completion_tokens=sum(c["completion_tokens"] or 0 for c in calls),
-                     cost=round(sum(c["cost"] or 0.0 for c in calls), 6),
+                     cost=calls_cost(calls),
                      evaluations=len(self.store.evaluations(self.run_id)),
                      wall_s=round(time.monotonic() - self._opened, 1))
 

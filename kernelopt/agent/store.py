@@ -130,6 +130,22 @@ def default_store_path() -> Path:
     return Path(os.environ.get("KERNELOPT_STORE") or DEFAULT_STORE)
 
 
+def calls_cost(calls: list[dict]) -> float | None:
+    """What a run's LLM calls cost, in US dollars (a cached answer costs nothing). None where an
+    answered call has no cost: its model had no price (--price), so the sum would read as free."""
+    answered = [c["cost"] for c in calls if c.get("error") is None]
+    if any(cost is None for cost in answered):
+        return None
+    return round(sum(answered), 6)
+
+
+def total_cost(costs: list[float | None]) -> float | None:
+    """The sum of runs' costs; None where any is unknown."""
+    if any(cost is None for cost in costs):
+        return None
+    return round(sum(c for c in costs if c is not None), 6)
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 

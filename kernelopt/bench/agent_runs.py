@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelopt.agent.llm import LLMClient
 from kernelopt.agent.search import OptimizeConfig, RunSummary, SearchRun, run_search, start_run, stored_problem
-from kernelopt.agent.store import RunStore, StoreError
+from kernelopt.agent.store import RunStore, StoreError, calls_cost, total_cost
 from kernelopt.bench.runner import (Progress, ResultLog, check_health_once, run_on_devices,
                                     write_summary)
 from kernelopt.bench.summary import device_sections, summarize_results
@@ -297,7 +297,7 @@ def bench_agent(run: SetRun, report: Callable[[str], None]) -> dict:
     summary.update(n_problems_run=sum(1 for r in records if r["run_id"]),
                    statuses=dict(Counter(r["status"] for r in records)),
                    llm_calls=sum(r["llm_calls"] for r in records),
-                   cost=round(sum(r["cost"] for r in records), 6),
+                   cost=total_cost([r["cost"] for r in records]),
                    results=str(log.path), store=str(store.path), model=template.model,
                    strategy=template.strategy)
     return write_summary(out, summary, "agent", problem_set)
@@ -310,7 +310,7 @@ def agent_fields(store: RunStore, run_id: str | None, summary: RunSummary | None
     return {"correct": best is not None, "speedup": best.speedup if best else None,
             "llm_calls": len(calls), "optimization_kinds": list(best.optimization_kinds) if best else [],
             "flags": list(best.flags) if best else [], "wall_s": summary.wall_s if summary else 0.0,
-            "cost": round(sum(c["cost"] or 0.0 for c in calls), 6),
+            "cost": calls_cost(calls),
             "best_by_call": best_by_call(store, run_id) if run_id else [],
             **best_verdict_parts(store, run_id, best.candidate_id if best else None)}
 

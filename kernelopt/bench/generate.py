@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from kernelopt.agent.search import RunSummary
-from kernelopt.agent.store import RunStore
+from kernelopt.agent.store import RunStore, calls_cost, total_cost
 from kernelopt.bench.agent_runs import SetJob, SetRun, run_over_set
 
 
@@ -43,7 +43,7 @@ def generate(run: SetRun, report: Callable[[str], None]) -> dict:
             "counts": dict(verdicts),
             "problems_with_correct": sum(1 for r in records if r["correct"]),
             "llm_calls": sum(r["llm_calls"] for r in records),
-            "cost": round(sum(r["cost"] for r in records), 6),
+            "cost": total_cost([r["cost"] for r in records]),
             "samples": template.strategy_options.get("samples"),
             "turns": template.strategy_options.get("turns"),
             "model": template.model, "results": str(log.path), "store": str(store.path)}
@@ -63,4 +63,4 @@ def generate_fields(store: RunStore, run_id: str | None, summary: RunSummary | N
     return {"candidates": len(candidates), "scored": sum(1 for c in candidates if c["status"]),
             "counts": dict(counts), "llm_errors": sum(1 for c in calls if c["error"]),
             "correct": best is not None, "speedup": best["speedup"] if best else None, "best": best_info,
-            "llm_calls": len(calls), "cost": round(sum(c["cost"] or 0.0 for c in calls), 6)}
+            "llm_calls": len(calls), "cost": calls_cost(calls)}

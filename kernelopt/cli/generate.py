@@ -21,7 +21,7 @@ from kernelopt.cli.options import (
     add_run_eval_options,
     add_samples_options,
 )
-from kernelopt.cli.text import plural
+from kernelopt.cli.text import format_cost, plural
 
 
 def add_command(commands) -> None:
@@ -86,7 +86,7 @@ def render(summary: dict) -> str:
          f"{plural(1 + summary['turns'], 'turn')} by {summary['model']}"),
         f"{plural(summary['candidates'], 'candidate')} ({summary['scored']} scored): {counts}",
         (f"{summary['problems_with_correct']} of them with a correct candidate; "
-         f"{plural(summary['llm_calls'], 'LLM call')}, ${summary['cost']:.4f}"),
+         f"{plural(summary['llm_calls'], 'LLM call')}, {format_cost(summary['cost'])}"),
         (f"one line per problem: {summary['results']}; every candidate: kernelopt runs show RUN_ID --store "
          f"{summary['store']}"),
     ])

@@ -212,25 +212,10 @@ def add_samples_options(group, required: bool = False) -> None:
                        "agent: replies per conversation (default 8)")
 
 
-def positive_int(text: str) -> int:
-    """An integer of at least 1, for argparse (a budget of 0 would start a run that can do nothing)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
+# Budgets: an integer of at least 1 (a budget of 0 would start a run that can do nothing), or a
+# number above 0.
+positive_int = bounded(int, [types.SimpleNamespace(ge=1)])
+positive_float = bounded(float, [types.SimpleNamespace(gt=0)])
 
 
 def add_budget_options(p, title: str) -> None:

@@ -15,6 +15,11 @@ def first_line(text: str, limit: int = 120) -> str:
     return line[:limit] + ("..." if len(line) > limit else "")
 
 
+def format_cost(cost: float | None) -> str:
+    """A cost in US dollars, or why there is none (the model had no price)."""
+    return f"${cost:.4f}" if cost is not None else "cost unknown (no --price for the model)"
+
+
 def speedup_with_interval(speedup: float, precision: float | None) -> str:
     """`7.546x +-8.8%` (the 95 % interval's relative half-width), or `7.546x` where none is known."""
     return f"{speedup:.3f}x" + (f" +-{100 * precision:.1f}%" if precision is not None else "")
@@ -37,6 +42,6 @@ def summary_text(summary: dict) -> str:
     tokens = summary["tokens"]["prompt"] + summary["tokens"]["completion"]
     lines.append(f"{summary['llm_calls']} LLM calls ({summary['llm_calls_failed']} failed), "
                  f"{summary['candidates']} candidates, {summary['evaluations']} evaluations, "
-                 f"{tokens} tokens, ${summary['cost']:.4f}, {summary['wall_s']:.0f} s")
+                 f"{tokens} tokens, {format_cost(summary['cost'])}, {summary['wall_s']:.0f} s")
     lines.append(f"details: kernelopt runs show {summary['run_id']} --store {summary['store']}")
     return "\n".join(lines)

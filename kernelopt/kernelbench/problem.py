@@ -39,6 +39,24 @@ class ProblemError(ValueError):
         super().__init__(f"problem {self.path}: {cause}")
 
 
+# How a reference worker's traceback names its copy of the problem (sandbox/batch.py's scratch).
+_WORKER_COPY = re.compile(r'File "[^"]*/reference/problem\.py"')
+
+
+def reference_failure(problem: Problem, error: str) -> ProblemError:
+    """The reference failed in its worker: the error, with the worker's copy of the problem named
+    as the user's file where the copy is that file's text, so its line numbers are the file's. A
+    problem derived from the file (one of its configurations, its training step) keeps the copy's
+    name: its lines are not the file's."""
+    try:
+        unchanged = Path(problem.path).read_text(encoding="utf-8") == problem.source
+    except (OSError, UnicodeDecodeError):
+        unchanged = False
+    if unchanged:
+        error = _WORKER_COPY.sub(lambda _: f'File "{problem.path}"', error)
+    return ProblemError(problem.path, f"the reference failed: {error.strip()}")
+
+
 @dataclass(frozen=True)
 class Problem:
     """One reference program. `source` is the file's text; `content_hash` its SHA-256;

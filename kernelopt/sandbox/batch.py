@@ -216,10 +216,10 @@ class Evaluator:
         return reply, blobs
 
     def _check_ok(self, reply: dict) -> None:
-        from kernelopt.kernelbench import ProblemError
+        from kernelopt.kernelbench.problem import reference_failure
 
         if not reply.get("ok"):
-            raise ProblemError(self.problem.path, f"the reference failed: {reply.get('error', reply)}")
+            raise reference_failure(self.problem, str(reply.get("error", reply)))
 
     # -- the rest of the Judge protocol (results.Judge) ----------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kernelopt.kernelbench import Problem, ProblemError
+from kernelopt.kernelbench.problem import reference_failure
 from kernelopt.sandbox import rules
 from kernelopt.sandbox.device import machine_memory_bytes
 from kernelopt.sandbox.process import (HostOutOfRoom, MachineOutOfMemory, WorkerDied, WorkerProcess, WorkerTimeout,
@@ -67,7 +68,7 @@ class Conversation:
 
     def fail(self, worker: WorkerProcess, reply: dict) -> None:
         if worker is self.reference:
-            raise ProblemError(self.problem.path, f"the reference failed: {str(reply.get('error', 'unknown error')).strip()}")
+            raise reference_failure(self.problem, str(reply.get("error", "unknown error")))
         self.remember_labels(reply)
         rules.enforce(rules.worker_failure(reply))
 

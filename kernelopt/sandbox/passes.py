@@ -11,7 +11,7 @@ rests on two evaluations and so has no interval of its own.
 from __future__ import annotations
 
 from kernelopt.kernelbench import training
-from kernelopt.sandbox.results import Check, EvalResult, PassSpeedup, Passes
+from kernelopt.sandbox.results import Check, EvalResult, PassSpeedup, Passes, merged_labels
 
 _LABELS = {"forward": "in the forward pass", "step": "in the training step (forward and backward, outputs and "
                                                      "gradients)"}
@@ -39,8 +39,7 @@ def combine(judged: list[tuple[object, EvalResult]]) -> EvalResult:
         combined = by_part["step"].model_copy(deep=True)
         combined.passes = _passes(by_part.get("forward"), by_part["step"])
         combined.message = _message(combined.passes, combined.message)
-    combined.flags = list(dict.fromkeys(flag for _, r in judged for flag in r.flags))
-    combined.rules = list(dict.fromkeys(rule for _, r in judged for rule in r.rules))
+    combined.flags, combined.rules = merged_labels([r for _, r in judged])
     combined.checks.append(Check(name="passes", passed=failed is None,
                                  detail=", ".join(f"{key}: {r.status}" for key, r in judged)))
     return combined

@@ -132,6 +132,15 @@ class TimingStats(BaseModel):
         None, description="half the 95 % confidence interval of the median, relative to it")
 
 
+class HeadToHead(BaseModel):
+    """The search's leader, judged again between a challenger's two readings (agent/selection.py)."""
+
+    index: int = Field(description="the leader's attempt")
+    code_hash: str = Field(description="the leader's code (sha256)")
+    speedup: float | None = Field(
+        description="the leader's fresh reading, beside the challenger's; None where it was not judged correct again")
+
+
 class Timing(BaseModel):
     method: str
     reference: TimingStats
@@ -152,6 +161,8 @@ class Timing(BaseModel):
                           "spread between fresh worker processes, in quadrature")
     remeasured: bool = False
     speedups_measured: list[float] = Field(default_factory=list)
+    incumbent: HeadToHead | None = Field(
+        None, description="a search's challenger only: the leader it was measured against, head to head")
     # The physical floor (sandbox/physics.py; docs/referee.md, "The physical floor").
     floor_ms: float | None = Field(
         None, description="no call can take less: the bytes one call must move (inputs read once, outputs written "
@@ -406,3 +417,11 @@ class Judge(Protocol):
         killed without being asked to quit, on an interrupt); a remote one leaves its actor's
         Evaluator warm."""
         ...
+
+
+def merged_labels(results: list[EvalResult]) -> tuple[list[Flag], list[str]]:
+    """The flags and the rules of verdicts judged in parts (configurations, passes), each once,
+    in the order they first appear."""
+    flags = list(dict.fromkeys(flag for r in results for flag in r.flags))
+    rules = list(dict.fromkeys(rule for r in results for rule in r.rules))
+    return flags, rules

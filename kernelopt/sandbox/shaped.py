@@ -15,7 +15,7 @@ import math
 
 from kernelopt.kernelbench.shapes import Shape
 from kernelopt.sandbox import physics
-from kernelopt.sandbox.results import Check, EvalOptions, EvalResult, Passes, PassSpeedup, ShapeVerdict
+from kernelopt.sandbox.results import Check, EvalOptions, EvalResult, Passes, PassSpeedup, ShapeVerdict, merged_labels
 
 
 def options_for(options: EvalOptions, count: int) -> EvalOptions:
@@ -37,8 +37,7 @@ def combine(parts: list[tuple[object, EvalResult]], selected: int) -> EvalResult
     else:
         combined = _geometric_mean(judged)
     combined.shapes = verdicts
-    combined.flags = list(dict.fromkeys(flag for _, r in judged for flag in r.flags))
-    combined.rules = list(dict.fromkeys(rule for _, r in judged for rule in r.rules))
+    combined.flags, combined.rules = merged_labels([r for _, r in judged])
     combined.optimization_kinds = list(dict.fromkeys(k for _, r in judged for k in r.optimization_kinds))
     combined.durations = _summed(r.durations for _, r in judged)
     combined.checks.append(Check(name="shapes", passed=not failed, detail=_checked(verdicts, selected)))

@@ -127,7 +127,7 @@ def _problems_table(rows: list[dict], mode: str) -> Table:
     for r in rows:
         cells = [str(r["level"]), _id(r), r["name"], r["status"], format_speedup(r["speedup"]),
                  ", ".join(r["kinds"]), ", ".join(r["flags"]), ", ".join(r["health"])]
-        cells += [_plain(r.get(c)) for c in AGENT_COLUMNS] if agent else [str(r["attempts"])]
+        cells += [_agent_cell(r, c) for c in AGENT_COLUMNS] if agent else [str(r["attempts"])]
         body.append(cells)
     return Table("Problems", headers, body, "Each problem's best result.", key="problems")
 
@@ -224,6 +224,12 @@ def _id(row: dict) -> str:
     return "-" if row["problem_id"] is None else str(row["problem_id"])
 
 
+def _agent_cell(row: dict, column: str) -> str:
+    if column == "cost" and row.get("run_id") and row.get("cost") is None:
+        return "unknown"  # a run whose model had no price: not free
+    return _plain(row.get(column))
+
+
 def _plain(value) -> str:
     if value is None:
         return "-"
@@ -237,8 +243,11 @@ def headline(report: dict) -> str:
     text = (f"{report['mode']} run over {overall['n_problems']} problems: fast_0 {overall['fast_0']:.2f}, "
             f"fast_1 {overall.get('fast_1', 0):.2f}, geomean {format_speedup(overall.get('geomean_speedup'))}")
     extras = [f"{label} {summary[key]}" for key, label in (("model", "model"), ("strategy", "strategy"),
-                                                          ("llm_calls", "LLM calls"), ("cost", "cost"))
+                                                          ("llm_calls", "LLM calls"))
               if summary.get(key) is not None]
+    if report["mode"] == "agent" and "llm_calls" in summary:
+        cost = summary.get("cost")
+        extras.append(f"cost ${cost:.4f}" if cost is not None else "cost unknown (no price for the model)")
     return text + ("; " + ", ".join(extras) if extras else "") + "."
 
 
