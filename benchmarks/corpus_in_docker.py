@@ -50,7 +50,8 @@ def judge(shared, case, backend: str) -> dict:
                 "seconds": round(time.monotonic() - started, 1)}
     problems = corpus.check_verdict(case, result, time.monotonic() - started)
     return {"case": case.rel, "family": case.family, "backend": backend, "status": result.status,
-            "speedup": result.speedup, "expected": sorted(case.statuses), "header_holds": not problems,
+            "speedup": result.speedup, "precision": result.timing.speedup_precision if result.timing else None,
+            "expected": sorted(case.statuses), "header_holds": not problems,
             "problems": problems, "containment": result.isolation.containment if result.isolation else None,
             "rules": list(result.rules or []), "seconds": round(time.monotonic() - started, 1),
             "load": [round(load, 2) for load in os.getloadavg()], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
