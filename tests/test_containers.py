@@ -272,3 +272,23 @@ def test_a_worker_that_dies_under_a_live_daemon_is_still_the_candidates_verdict(
         containers.connect.cache_clear()
     assert result.status == "runtime_error", result.message
     assert "exited with code 3" in result.message, result.message
+
+
+class Pinged:
+    def __init__(self, answer=True, error=None, delay=0.0):
+        self.answer, self.error, self.delay = answer, error, delay
+
+    def ping(self):
+        time.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+def test_the_daemon_check_tells_an_answer_from_an_error_or_silence():
+    assert containers.daemon_silent(Pinged()) is None
+    assert "ConnectionError: gone" in containers.daemon_silent(Pinged(error=ConnectionError("gone")))
+    assert containers.daemon_silent(Pinged(answer=False)) == "a ping answered False"
+    started = time.monotonic()
+    assert containers.daemon_silent(Pinged(delay=5.0), timeout=0.2) == "no answer to a ping in 0.2 s"
+    assert time.monotonic() - started < 2.0, "a hung daemon costs the check's timeout, not the client's"
