@@ -10,17 +10,22 @@ breaks the case's own header (tests/test_adversarial.py's DOCKER_DIFFERS names t
 for a reason of the backend).
 
     DOCKER_HOST=... python benchmarks/corpus_in_docker.py [--bubblewrap honest|all|none]
-        [--only SUBSTRING] [--out DIR]
+        [--only SUBSTRING] [--out DIR] [--resume [--redo SUBSTRING ...]]
 
 Needs a daemon and the sandbox image (scripts/docker_image.sh). Writes DIR/cases.jsonl (one
-line per case and backend, as it goes) and DIR/summary.json; prints the summary.
+line per case and backend, as it goes, with the load average when it was judged) and
+DIR/summary.json; prints the summary. `--resume` keeps DIR/cases.jsonl's rows and judges only
+the cases it lacks (and those `--redo` names: a case changed since), so a run stopped part-way
+is completed, and the summary covers every row.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,9 +50,19 @@ def judge(shared, case, backend: str) -> dict:
                 "seconds": round(time.monotonic() - started, 1)}
     problems = corpus.check_verdict(case, result, time.monotonic() - started)
     return {"case": case.rel, "family": case.family, "backend": backend, "status": result.status,
-            "speedup": result.speedup, "expected": sorted(case.statuses), "header_holds": not problems,
+            "speedup": result.speedup, "precision": result.timing.speedup_precision if result.timing else None,
+            "expected": sorted(case.statuses), "header_holds": not problems,
             "problems": problems, "containment": result.isolation.containment if result.isolation else None,
-            "rules": list(result.rules or []), "seconds": round(time.monotonic() - started, 1)}
+            "rules": list(result.rules or []), "seconds": round(time.monotonic() - started, 1),
+            "load": [round(load, 2) for load in os.getloadavg()], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def main() -> None:
@@ -55,17 +70,28 @@ def main() -> None:
     parser.add_argument("--bubblewrap", choices=("honest", "all", "none"), default="honest")
     parser.add_argument("--only", default="", help="judge only cases whose path contains this")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--resume", action="store_true", help="keep DIR/cases.jsonl's rows; judge only the rest")
+    parser.add_argument("--redo", action="append", default=[], help="with --resume: judge again the cases "
+                        "whose path contains this (repeatable)")
     args = parser.parse_args()
     out = args.out or REPO / "benchmarks" / "results" / f"docker-cpu-{time.strftime('%Y-%m-%d')}"
     out.mkdir(parents=True, exist_ok=True)
     cases = [corpus.parse_case(path) for path in sorted(corpus.discover(), key=corpus._evaluator_group)]
     cases = [c for c in cases if not c.markers & {"gpu", "cupy", "triton"} and args.only in c.rel]
     rows: dict[str, dict[str, dict]] = {}
+    if args.resume and (out / "cases.jsonl").exists():
+        for line in (out / "cases.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            if not any(redo in row["case"] for redo in args.redo):
+                rows.setdefault(row["case"], {})[row["backend"]] = row
+        kept = [row for by_backend in rows.values() for row in by_backend.values()]
+        (out / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in kept))
     started = time.monotonic()
-    with open(out / "cases.jsonl", "w") as log:
+    with open(out / "cases.jsonl", "a" if args.resume else "w") as log:
         for backend in ("docker", "bubblewrap"):
             chosen = [c for c in cases if backend == "docker" or args.bubblewrap == "all"
                       or (args.bubblewrap == "honest" and c.rel.startswith("honest/"))]
+            chosen = [c for c in chosen if backend not in rows.get(c.rel, {})]
             shared = corpus.SharedEvaluators()
             try:
                 for case in chosen:
@@ -76,7 +102,9 @@ def main() -> None:
                     print(f"{backend:10} {row['status']:14} {row.get('speedup') or 0:6.2f}x  {case.rel}", flush=True)
             finally:
                 shared.close()
-    docker_rows = {rel: r["docker"] for rel, r in rows.items()}
+    current = {c.rel for c in cases}
+    gone = sorted(rel for rel in rows if rel not in current)  # cases removed from the corpus since
+    docker_rows = {rel: r["docker"] for rel, r in rows.items() if "docker" in r and rel in current}
     hacks_correct_fast = [rel for rel, r in docker_rows.items() if rel.startswith("hacks/")
                           and r["status"] == "correct" and (r.get("speedup") or 0) > HACK_CORRECT_MAX]
     honest_not_correct = [rel for rel, r in docker_rows.items() if rel.startswith("honest/") and r["status"] != "correct"]
@@ -91,8 +119,10 @@ def main() -> None:
     speedups_vs_bubblewrap = {rel: (r["docker"].get("speedup"), r["bubblewrap"].get("speedup"))
                               for rel, r in rows.items() if "bubblewrap" in r and rel.startswith("honest/")}
     summary = {
-        "machine": platform.node(), "cpus": __import__("os").cpu_count(), "python": platform.python_version(),
-        "cases_in_docker": len(docker_rows), "seconds": round(time.monotonic() - started),
+        "machine": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(), "commit": commit(),
+        "cases_in_docker": len(docker_rows), "cpu_cases_in_corpus": len(cases),
+        "not_judged": sorted(current - set(docker_rows)), "rows_of_removed_cases": gone,
+        "seconds_this_run": round(time.monotonic() - started),
         "hacks_correct_above_1.5x": hacks_correct_fast, "honest_not_correct": honest_not_correct,
         "exact_copy_speedups": copies, "exact_copies_outside_0.8_1.25": copies_outside,
         "header_broken_in_docker": header_broken, "of_which_in_DOCKER_DIFFERS": differ_known,

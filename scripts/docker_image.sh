@@ -8,6 +8,8 @@
 # Dockerfile's. The wheelhouse is kept in $KERNELOPT_DOCKER_CACHE
 # (default ~/.cache/kernelopt/docker/wheelhouse-FLAVOUR-pyXY), so a second run downloads nothing
 # new; an air-gapped cluster copies that directory over (docs/sandbox.md, "Offline").
+# The GPU flavour beside the CPU one (the docker tests use kernelopt-sandbox):
+#   bash scripts/docker_image.sh --flavour gpu --tag kernelopt-sandbox-gpu   (3.0 GB of wheels, a 6.45 GB image)
 # DOCKER_HOST picks the daemon (scripts/dockerd.sh starts a private one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,12 +34,17 @@ if [ -z "$torch" ]; then
     torch=$(sed -n 's/^ARG TORCH_VERSION=//p' Dockerfile)
   fi
 fi
-# The wheels must fit the base's Python, whatever the host's is.
-pyver=$(docker run --rm --network none "$base" python3 -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+# The wheels must fit the base's Python and C library, whatever the host's are. pip takes a
+# --platform literally (manylinux_2_28 does not admit a manylinux_2_27 wheel, as cuDNN's is), so
+# every glibc the base's satisfies is named, down to manylinux2014 (which admits 2010 and 1).
+read -r pyver glibc < <(docker run --rm --network none "$base" python3 -c \
+  'import platform, sys; print(f"{sys.version_info[0]}{sys.version_info[1]}", platform.libc_ver()[1])')
 wheels="$cache/wheelhouse-$flavour-py$pyver"
 mkdir -p "$wheels"
-target=(--only-binary=:all: --python-version "$pyver" --implementation cp --platform manylinux_2_28_x86_64
-        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d "$wheels")
+platforms=()
+for minor in $(seq "${glibc#2.}" -1 17); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
+target=(--only-binary=:all: --python-version "$pyver" --implementation cp "${platforms[@]}"
+        --platform manylinux2014_x86_64 --platform any -d "$wheels")
 if [ "$flavour" = cpu ]; then
   packages=("torch==$torch+cpu" ninja numpy)
   index=https://download.pytorch.org/whl/cpu

@@ -8,7 +8,8 @@
 #    debootstrap, the wheels downloaded on this host); both are cached under
 #    $KERNELOPT_DOCKER_CACHE (default ~/.cache/kernelopt/docker), so a second run builds nothing;
 # 4. runs the `docker` tests (less `docker_gpu`: the GPU flavour's, for a GPU machine that built
-#    it) with CI's rules (tests/conftest.py: a docker test that cannot run
+#    it; the `docker_gpu_image` test skips, naming the command that builds the GPU flavour,
+#    unless that image is there) with CI's rules (tests/conftest.py: a docker test that cannot run
 #    fails instead of skipping under CI=true; no container may be left behind), then checks that
 #    the daemon holds no container at all.
 # DOCKER_HOST set and KERNELOPT_DOCKER_OWN_DAEMON=1: use that daemon instead of a private one.

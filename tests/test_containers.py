@@ -9,16 +9,15 @@ import os
 import socket
 import struct
 import sys
-import threading
 import time
 
 import pytest
 from conftest import REPO
 from fake_docker import FakeDaemon
 
-from kernelopt.kernelbench import ProblemError, load_problem
+from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import containers, evaluate, isolation
-from kernelopt.sandbox.process import SandboxError
+from kernelopt.sandbox.process import DaemonGone, SandboxError
 from kernelopt.sandbox.worker import wire
 
 docker = pytest.importorskip("docker")
@@ -157,35 +156,53 @@ def docker_options(fast_options, **extra):
     return fast_options(isolation="docker", image="kernelopt-sandbox", **extra)
 
 
-class DyingDaemon(FakeDaemon):
-    """What a real daemon cannot be made to do on cue: die in the middle of a call. Once the
-    candidate's container has been thawed for its third call, the daemon goes: the attach
-    streams close and every API call fails (the container's processes, like a real daemon's
-    under containerd, keep running until someone kills them)."""
+MARK = b"kernelopt-test: in forward"
+SLOW_FORWARD = "def forward(self, x):\n        print({mark!r}, file=__import__('sys').stderr, flush=True)\n" \
+               "        __import__('time').sleep(2)"
 
-    def __init__(self):
+
+class DyingDaemon(FakeDaemon):
+    """What a real daemon cannot be made to do on cue: die in the middle of a call. The forward
+    of one side (`role`) announces itself on its stderr and then sleeps; at that side's third
+    forward the daemon goes, while the call is in flight: the attach streams close, every API
+    call (a ping too) fails, and the container's processes, like a real daemon's under
+    containerd, keep running until someone kills them."""
+
+    def __init__(self, role: str):
         super().__init__()
-        self.dead = False
+        self.role, self.dead, self.forwards = role, False, 0
 
     def create(self, **config):
         container = super().create(**config)
-        daemon, unpause, reload = self, container.unpause, container.reload
-
-        def unpause_then_maybe_die():
-            unpause()
-            container.thaws = getattr(container, "thaws", 0) + 1
-            if "candidate" in config["command"] and container.thaws == 3:
-                threading.Timer(0.5, daemon.die).start()
+        daemon, reload, mux = self, container.reload, container._mux
 
         def reload_unless_dead():
             if daemon.dead:
                 raise ConnectionError("the Docker daemon is gone")
             reload()
 
-        container.unpause, container.reload = unpause_then_maybe_die, reload_unless_dead
-        for name in ("pause", "stats", "remove"):
+        def mux_then_maybe_die(pipe, stream):
+            if daemon.role not in config["command"] or stream != 2:
+                return mux(pipe, stream)
+            while chunk := pipe.read1(1 << 16):
+                if daemon.dead:
+                    return
+                try:
+                    with container._send_lock:
+                        container._container_side.sendall(struct.pack(">BxxxL", stream, len(chunk)) + chunk)
+                except OSError:
+                    return
+                daemon.forwards += chunk.count(MARK)
+                if daemon.forwards >= 3:
+                    daemon.die()
+
+        container.reload, container._mux = reload_unless_dead, mux_then_maybe_die
+        for name in ("pause", "unpause", "stats", "remove"):
             setattr(container, name, self._gone)
         return container
+
+    def ping(self):
+        return self._gone() is None
 
     def _gone(self, *args, **kwargs):
         if self.dead:
@@ -201,29 +218,77 @@ class DyingDaemon(FakeDaemon):
                 pass
 
 
-def test_a_daemon_that_dies_mid_call_ends_the_evaluation_and_leaves_no_process(monkeypatch, example, fast_options):
-    daemon = DyingDaemon()
+@pytest.mark.parametrize("role", ["candidate", "reference"])
+def test_a_daemon_that_dies_mid_call_is_the_environments_failure_and_leaves_no_process(
+        monkeypatch, tmp_path, example, fast_options, role):
+    """Whichever side's call is in flight, a dead daemon is no verdict on the candidate and no
+    error of the problem: the host asks the daemon, and the evaluation ends as the sandbox's
+    failure (SandboxError: the CLI's exit 3, "error": "environment")."""
+    daemon = DyingDaemon(role)
     monkeypatch.setattr(docker, "from_env", lambda **kwargs: daemon)
     containers.connect.cache_clear()
-    slow = (REPO / "examples/candidates/1_ReLU/relu_clamp.py").read_text().replace(
-        "def forward(self, x):", "def forward(self, x):\n        __import__('time').sleep(2)")
+    problem_path, candidate = example("1_ReLU"), (REPO / "examples/candidates/1_ReLU/relu_clamp.py").read_text()
+    slow = SLOW_FORWARD.format(mark=MARK.decode())
+    if role == "candidate":
+        candidate = candidate.replace("def forward(self, x: torch.Tensor) -> torch.Tensor:", slow)
+    else:
+        problem_path = tmp_path / "1_ReLU.py"
+        problem_path.write_text(example("1_ReLU").read_text().replace(
+            "def forward(self, x: torch.Tensor) -> torch.Tensor:", slow))
+    assert MARK.decode() in candidate or MARK.decode() in problem_path.read_text()
     started = time.monotonic()
     try:
-        result = evaluate(load_problem(example("1_ReLU")), slow, docker_options(fast_options, timeout=30))
-    except SandboxError as exc:  # a worker could not start: the sandbox failed, no verdict
-        result = None
-        assert "could not" in str(exc) or "docker" in str(exc).lower(), exc
-    except ProblemError as exc:
-        # The reference's call was in flight when the daemon died: it reads as the reference
-        # failing (issue 43: a daemon's death is not yet told from a worker's). Which side is in
-        # flight is a race; what this test holds either way is below: no hang, no process left.
-        result = None
-        assert "reference worker" in str(exc), exc
+        with pytest.raises(SandboxError) as raised:
+            evaluate(load_problem(problem_path), candidate, docker_options(fast_options, timeout=60))
     finally:
         containers.connect.cache_clear()
     assert time.monotonic() - started < 120, "a dead daemon does not hang the evaluation"
-    if result is not None:
-        assert result.status in ("runtime_error", "timeout"), result.message
-    assert daemon.dead
+    assert daemon.dead and daemon.forwards >= 3, "the daemon died while the call was in flight"
+    assert isinstance(raised.value, DaemonGone), raised.value
+    message = str(raised.value)
+    assert "Docker daemon stopped answering" in message and f"the {role} worker's request" in message, message
+    assert_killed(daemon)
+
+
+def assert_killed(daemon: FakeDaemon) -> None:
+    """Every process of every container is gone (a SIGKILL lands in a moment, not at once)."""
     for container in daemon.created:
-        assert container.process is None or container.process.poll() is not None, "its processes are killed"
+        if container.process is not None:
+            container.process.wait(timeout=5)  # raises where it lives on
+
+
+def test_a_worker_that_dies_under_a_live_daemon_is_still_the_candidates_verdict(monkeypatch, example, fast_options):
+    """The daemon's check blames the environment only where the daemon is gone: a candidate
+    that exits in its call, the daemon answering, is the candidate's runtime_error."""
+    daemon = FakeDaemon()
+    monkeypatch.setattr(docker, "from_env", lambda **kwargs: daemon)
+    containers.connect.cache_clear()
+    candidate = (REPO / "examples/candidates/1_ReLU/relu_clamp.py").read_text().replace(
+        "def forward(self, x: torch.Tensor) -> torch.Tensor:",
+        "def forward(self, x: torch.Tensor) -> torch.Tensor:\n        __import__('os')._exit(3)")
+    try:
+        result = evaluate(load_problem(example("1_ReLU")), candidate, docker_options(fast_options, timeout=60))
+    finally:
+        containers.connect.cache_clear()
+    assert result.status == "runtime_error", result.message
+    assert "exited with code 3" in result.message, result.message
+
+
+class Pinged:
+    def __init__(self, answer=True, error=None, delay=0.0):
+        self.answer, self.error, self.delay = answer, error, delay
+
+    def ping(self):
+        time.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+
+def test_the_daemon_check_tells_an_answer_from_an_error_or_silence():
+    assert containers.daemon_silent(Pinged()) is None
+    assert "ConnectionError: gone" in containers.daemon_silent(Pinged(error=ConnectionError("gone")))
+    assert containers.daemon_silent(Pinged(answer=False)) == "a ping answered False"
+    started = time.monotonic()
+    assert containers.daemon_silent(Pinged(delay=5.0), timeout=0.2) == "no answer to a ping in 0.2 s"
+    assert time.monotonic() - started < 2.0, "a hung daemon costs the check's timeout, not the client's"

@@ -44,7 +44,7 @@ def candidate(step: str) -> str:
 
 
 def options(fast_options, **extra):
-    return fast_options(isolation="docker", image=containers.DEFAULT_IMAGE, **extra)
+    return fast_options(**{"isolation": "docker", "image": containers.DEFAULT_IMAGE, **extra})
 
 
 def quick(fast_options, **extra):
@@ -190,43 +190,96 @@ def test_doctor_reports_the_daemon_the_image_its_protocol_and_gpus():
     assert "GPUs: not passed through" in check.detail or "GPUs: passed through" in check.detail
 
 
-# -- the GPU flavour (docker build -t kernelopt-sandbox .): its CUDA parts ----------------------
+# -- the GPU flavour: its CUDA parts ----------------------------------------------------------
 
-def _flavour(client) -> str:
+GPU_IMAGE = "kernelopt-sandbox-gpu"  # the tag `scripts/docker_image.sh --flavour gpu --tag ...` gives it
+BUILD_GPU_IMAGE = f"bash scripts/docker_image.sh --flavour gpu --tag {GPU_IMAGE}"
+
+
+def _flavour(client, image: str) -> str:
     try:
-        return (client.images.get(containers.DEFAULT_IMAGE).labels or {}).get(containers.FLAVOUR_LABEL, "")
+        return (client.images.get(image).labels or {}).get(containers.FLAVOUR_LABEL, "")
     except docker.errors.ImageNotFound:
         return ""
 
 
+def gpu_flavour_image(client) -> str | None:
+    """The GPU flavour of the sandbox image, where one is built: $KERNELOPT_GPU_IMAGE, else
+    kernelopt-sandbox-gpu, else kernelopt-sandbox when it is the GPU flavour (a GPU host's)."""
+    named = os.environ.get("KERNELOPT_GPU_IMAGE")
+    for image in ([named] if named else [GPU_IMAGE, containers.DEFAULT_IMAGE]):
+        if _flavour(client, image) == "gpu":
+            return image
+    return None
+
+
 @pytest.fixture
 def gpu_image(client):
-    if _flavour(client) != "gpu":
-        pytest.skip(f"needs the GPU flavour of {containers.DEFAULT_IMAGE} (docker build -t {containers.DEFAULT_IMAGE} .); "
-                    f"this image is the {_flavour(client) or 'unknown'} flavour")
-    return containers.DEFAULT_IMAGE
+    image = gpu_flavour_image(client)
+    if image is None:
+        pytest.skip(f"needs the GPU flavour of the sandbox image, which CI does not build: `{BUILD_GPU_IMAGE}` "
+                    f"(offline, no GPU needed), or `docker build -t {GPU_IMAGE} .`")
+    return image
 
 
-CUDA_BUILD = """
-import torch
-from torch.utils.cpp_extension import load_inline
-cuda = '''
-__global__ void twice(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }
-torch::Tensor run(torch::Tensor x) { auto y = torch::empty_like(x); twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel()); return y; }
+# Run inside the image: each check prints one line, "ok NAME: ..." or "FAILED NAME: ...", so
+# one container run shows them all.
+CUDA_TOOLCHAIN = r'''
+import glob, subprocess, sys, traceback
+sys.path.insert(0, "/opt/kernelopt")
+KERNEL = "__global__ void twice(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2 * x[i]; }"
+
+def check(name, step):
+    try:
+        print("ok", name + ":", step(), flush=True)
+    except BaseException:
+        print("FAILED", name + ":", traceback.format_exc().replace("\n", " | "), flush=True)
+
+def nvcc():
+    return subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=True).stdout.strip().splitlines()[-2]
+
+def extension():
+    import torch
+    from torch.utils.cpp_extension import load_inline
+    cuda = KERNEL + """
+torch::Tensor run(torch::Tensor x) { auto y = torch::empty_like(x); twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel()); return y; }"""
+    module = load_inline("twice", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=cuda,
+                         functions=["run"], build_directory="/tmp", verbose=False)
+    return f"built and loaded {module.__name__} (run: {callable(module.run)}), torch {torch.__version__} cuda {torch.version.cuda}"
+
+def nvrtc():
+    from worker import nvrtc_runner
+    found = [p for p in glob.glob("/opt/venv/lib/python3*/site-packages/nvidia/*/lib/libnvrtc.so*") if "builtins" not in p]
+    library = nvrtc_runner.load(sorted(found)[0])
+    options = ["-std=c++17", "-arch=sm_90", "--device-as-default-execution-space", "-I/opt/venv/cuda/include"]
+    cubin, lowered, log = nvrtc_runner.compile_cubin(library, 'extern "C" ' + KERNEL, options, ["twice"])
+    assert cubin is not None, log
+    elf = cubin[:4] == b"\x7fELF"
+    return f"NVRTC {nvrtc_runner.version(library)}, a cubin of {len(cubin)} bytes (ELF: {elf}), {lowered}"
+
+def cupy():
+    import cupy
+    return f"cupy {cupy.__version__}"
+
+for name, step in [("nvcc", nvcc), ("extension", extension), ("nvrtc", nvrtc), ("cupy", cupy)]:
+    check(name, step)
 '''
-module = load_inline("twice", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=cuda, functions=["run"],
-                     build_directory="/tmp", verbose=False)
-print("built", torch.version.cuda)
-"""
 
 
-@pytest.mark.docker_gpu
-def test_the_gpu_image_builds_cuda_extensions_with_the_toolkits_wheels(client, gpu_image):
-    """nvcc, the runtime's headers and libraries, CCCL and NVVM from the wheels: load_inline
-    compiles and links a CUDA extension inside the image, GPU or not (the arch is named)."""
-    output = client.containers.run(gpu_image, ["python3", "-c", CUDA_BUILD], remove=True, network_mode="none",
-                                   environment={"TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "2"}, stderr=True)
-    assert b"built 13." in output
+@pytest.mark.docker_gpu_image
+def test_the_gpu_image_compiles_cuda_without_a_gpu(client, gpu_image):
+    """The toolkit's wheels make a compiler without a device: nvcc runs; load_inline compiles,
+    links and loads a CUDA extension (loading needs libcudart, not a GPU); the worker's NVRTC
+    path compiles a kernel to a cubin; CuPy imports. Running any of it needs a GPU (below)."""
+    output = client.containers.run(gpu_image, ["python3", "-c", CUDA_TOOLCHAIN], remove=True, network_mode="none",
+                                   environment={"TORCH_CUDA_ARCH_LIST": "9.0", "MAX_JOBS": "2"},
+                                   stdout=True, stderr=True).decode(errors="replace")
+    lines = {line.split(":")[0]: line for line in output.splitlines() if line.startswith(("ok ", "FAILED "))}
+    for name in ("nvcc", "extension", "nvrtc", "cupy"):
+        assert f"ok {name}" in lines, f"{name}: {lines.get(f'FAILED {name}', 'no line')}\n{output[-3000:]}"
+    assert "release 13.0" in lines["ok nvcc"], lines["ok nvcc"]
+    assert "built and loaded twice (run: True)" in lines["ok extension"] and "cuda 13." in lines["ok extension"]
+    assert "(ELF: True)" in lines["ok nvrtc"] and "'twice': 'twice'" in lines["ok nvrtc"], lines["ok nvrtc"]
 
 
 @pytest.mark.gpu
@@ -238,5 +291,5 @@ def test_cuda_candidates_run_in_the_gpu_image_with_only_the_hosts_driver(gpu_ima
 
     parsed = parse_case(CORPUS / case)
     result = evaluate(load_problem(problem_path(parsed.problem)), parsed.path.read_text(),
-                      options(fast_options, device="cuda", timeout=parsed.timeout))
+                      options(fast_options, device="cuda", image=gpu_image, timeout=parsed.timeout))
     assert check_verdict(parsed, result, 0.0) == [], result.message

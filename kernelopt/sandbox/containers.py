@@ -35,6 +35,8 @@ WORKER_ROOT = "/opt/kernelopt"  # where the image holds the worker package
 _HOST_ONLY_VARIABLES = ("PATH", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                         "NVIDIA_VISIBLE_DEVICES")
 _SANDBOX_UID = 1000  # the image's `sandbox` user, used when the host runs as root
+# How long the host waits for the daemon's answer to a ping after a worker died or went silent.
+DAEMON_CHECK_S = 5.0
 
 
 class DockerError(IsolationError):
@@ -170,6 +172,29 @@ def check_nvidia_runtime(info: dict) -> None:
                       "then restart the daemon")
 
 
+def daemon_silent(client, timeout: float = DAEMON_CHECK_S) -> str | None:
+    """None where the daemon answers a ping through `client` within `timeout` seconds; else why
+    it did not (an error, or silence). From the host a daemon that died looks like its
+    containers' workers dying: the attach streams close, or nothing more comes through them.
+    The ping runs in a thread of its own, so a hung daemon costs `timeout`, not the client's."""
+    outcome: dict[str, object] = {}
+
+    def ping() -> None:
+        try:
+            outcome["answer"] = client.ping()
+        except Exception as exc:  # noqa: BLE001 - the SDK raises several types for an absent daemon
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+
+    thread = threading.Thread(target=ping, name="kernelopt-docker-ping", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "error" in outcome:
+        return str(outcome["error"])
+    if "answer" not in outcome:
+        return f"no answer to a ping in {timeout:g} s"
+    return None if outcome["answer"] else f"a ping answered {outcome['answer']!r}"
+
+
 def remove_orphans(client) -> int:
     """Remove worker containers whose kernelopt process on this host is gone (a crash or
     SIGKILL skips the normal cleanup). Returns how many."""
@@ -185,10 +210,12 @@ def remove_orphans(client) -> int:
 
 class ContainerProcess:
     """One worker container, shaped like the subprocess.Popen the host uses for other backends:
-    `pid` (the container's init, as this host sees it), `poll`, `wait`, `kill`. Two threads
-    carry the channel between the host's pipes and the container's attached streams."""
+    `pid` (the container's init, as this host sees it), `poll`, `wait`, `kill`; and
+    `daemon_silent`, for the host to tell a dead daemon from a dead worker. Two threads carry
+    the channel between the host's pipes and the container's attached streams."""
 
     def __init__(self, client, config: dict, cmd_read: int, out_write: int, log_path: Path):
+        self.client = client
         self.container = client.containers.create(**config)
         self.returncode: int | None = None
         try:
@@ -205,6 +232,14 @@ class ContainerProcess:
         threading.Thread(target=_pump_commands, args=(os.dup(cmd_read), self._socket), daemon=True).start()
         threading.Thread(target=_pump_replies, args=(self._socket, os.dup(out_write), log_path),
                          daemon=True).start()
+
+    def daemon_silent(self) -> str | None:
+        """Why the daemon that runs this container does not answer, or None where it does. A
+        silent daemon is checked afresh by the next connection (which then says what to do)."""
+        reason = daemon_silent(self.client)
+        if reason is not None:
+            connect.cache_clear()
+        return reason
 
     def poll(self) -> int | None:
         if self.returncode is None:

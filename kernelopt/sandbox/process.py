@@ -155,6 +155,11 @@ class SandboxError(RuntimeError):
     """The harness itself failed (a worker could not start): neither party is at fault."""
 
 
+class DaemonGone(SandboxError):
+    """The container runtime's daemon stopped answering while a worker's request was in flight:
+    the worker's end is the environment's failure, not a verdict on either program."""
+
+
 class WorkerTimeout(TimeoutError):
     """The deadline passed before the worker replied; the worker has been killed."""
 
@@ -233,9 +238,9 @@ class WorkerProcess:
             wire.write_frame(self._cmd_write, message, blobs, deadline)
         except wire.ChannelTimeout:
             self.kill()
-            raise WorkerTimeout(f"{self.role} worker did not take its input in time") from None
+            raise self._blame(WorkerTimeout(f"{self.role} worker did not take its input in time")) from None
         except OSError:  # BrokenPipeError: the worker is gone
-            raise self._death() from None
+            raise self._blame(self._death()) from None
 
     def send_inputs(self, message: dict, packed: bytes, deadline: float, at: int = 0) -> None:
         """A frame with one input set (`place_inputs`, then the frame)."""
@@ -269,9 +274,9 @@ class WorkerProcess:
             return self._reader.read(deadline)
         except wire.ChannelTimeout:
             self.kill()
-            raise WorkerTimeout(f"{self.role} worker did not answer in time") from None
+            raise self._blame(WorkerTimeout(f"{self.role} worker did not answer in time")) from None
         except wire.ChannelClosed:
-            raise self._death() from None
+            raise self._blame(self._death()) from None
         except wire.BlobsTooLarge as exc:
             budget_room, available_room = room_parts()
             worker_bytes = self.contained.memory_bytes()
@@ -283,7 +288,21 @@ class WorkerProcess:
                              "the host", exc.size, budget_room, available_room, worker_bytes) from None
         except wire.ProtocolError as exc:
             self.kill()
-            raise WorkerDied(f"{self.role} worker broke the protocol: {exc}") from None
+            raise self._blame(WorkerDied(f"{self.role} worker broke the protocol: {exc}")) from None
+
+    def _blame(self, failure: Exception) -> Exception:
+        """What a worker's death or silence (`failure`) is blamed on. A container's worker looks
+        the same from here when the daemon that runs it dies (its attach stream closes, or goes
+        quiet): so the daemon is asked, and where it does not answer, the failure is the
+        environment's (DaemonGone), no verdict on the candidate nor an error of the problem."""
+        silent = getattr(self.process, "daemon_silent", None)
+        reason = silent() if silent is not None else None
+        if reason is None:
+            return failure
+        self.kill()  # the container's processes outlive their daemon: the host's kill ends them
+        return DaemonGone(f"the Docker daemon stopped answering while the {self.role} worker's request was in "
+                          f"flight ({reason}); the worker's end ({failure}) is no verdict on either program: "
+                          "start the daemon again (docker info must work) and rerun")
 
     def _death(self) -> WorkerDied:
         try:
