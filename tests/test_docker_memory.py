@@ -212,3 +212,11 @@ def test_an_exact_copy_of_the_softmax_reads_about_1x_in_containers():
     assert MEMORY_METHOD in result.timing.method
     assert 0.8 <= result.speedup <= 1.25, (result.speedup, result.timing.reference.median_ms,
                                            result.timing.candidate.median_ms)
+
+
+def test_a_full_tmpfs_makes_the_inputs_travel_in_the_frame_not_a_host_error(slot, monkeypatch):
+    def full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(input_files.os, "pwrite", full)
+    assert slot.put(b"x" * 100) is False

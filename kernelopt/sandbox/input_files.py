@@ -56,11 +56,14 @@ class FileInputSlot:
         the host's back is sized again first (the worker's mapping then reads the new pages)."""
         if at < 0 or at + len(packed) > self.size:
             return False
-        if os.fstat(self.fd).st_size != self.size:
-            os.ftruncate(self.fd, self.size)
-        view, done = memoryview(packed), 0
-        while done < len(packed):
-            done += os.pwrite(self.fd, view[done:], at + done)
+        try:
+            if os.fstat(self.fd).st_size != self.size:
+                os.ftruncate(self.fd, self.size)
+            view, done = memoryview(packed), 0
+            while done < len(packed):
+                done += os.pwrite(self.fd, view[done:], at + done)
+        except OSError:  # the tmpfs is full (ENOSPC: unlike a memfd, /dev/shm has a size): a frame's blob
+            return False
         return True
 
     def holds(self, packed: bytes, at: int = 0) -> bool:
