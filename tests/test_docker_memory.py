@@ -204,6 +204,22 @@ def test_an_in_place_write_into_an_input_is_the_candidates_own_crash(fast_option
 
 
 @pytest.mark.docker
+def test_where_the_host_cannot_hold_the_container_its_calls_travel_in_frames(fast_options, monkeypatch):
+    """A remote or rootless daemon's container (its cgroup not adopted: the daemon pauses it) gets
+    no slot: inputs and outputs travel in frames, and the isolation record says so."""
+    from kernelopt.sandbox import containment
+
+    monkeypatch.setattr(containment.Group, "adopt", classmethod(lambda cls, pid, runtime, container_id: None))
+    before = slot_files()
+    source = (REPO / "examples/candidates/1_ReLU/relu_clamp.py").read_text()
+    result = evaluate(load_problem(RELU), source, quick(fast_options))
+    assert result.status == "correct", result.message
+    assert "outputs sent in the worker's answer" in result.timing.method, result.timing.method
+    assert "in frames through the daemon's attach stream" in result.isolation.containment_detail
+    assert slot_files() == before
+
+
+@pytest.mark.docker
 def test_an_exact_copy_of_the_softmax_reads_about_1x_in_containers():
     """A 4.5 ms call: with frames in the window it read 12-13 ms and 0.785x-1.00x (issue 43)."""
     source = SOFTMAX.read_text().replace("class Model(", "class ModelNew(")
