@@ -63,7 +63,7 @@ def test_a_truncated_slot_is_sized_again_by_the_hosts_next_write_not_a_sigbus(sl
 
 def test_the_slot_file_is_gone_once_unlinked_and_after_close(slot):
     path = Path(slot.path)
-    assert path.exists() and path.name.startswith("kernelopt-candidate-inputs-")
+    assert path.exists() and path.name.startswith(f"kernelopt-candidate-inputs-{os.getpid()}-")
     slot.unlink()
     assert not path.exists()
     assert slot.put(b"still usable through the host's descriptor")
@@ -236,3 +236,19 @@ def test_a_full_tmpfs_makes_the_inputs_travel_in_the_frame_not_a_host_error(slot
 
     monkeypatch.setattr(input_files.os, "pwrite", full)
     assert slot.put(b"x" * 100) is False
+
+
+def test_slot_files_of_a_kernelopt_that_is_gone_are_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(input_files, "SLOT_DIRECTORY", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    orphan = tmp_path / f"kernelopt-reference-inputs-{dead}-0123456789ab"
+    orphan.write_bytes(b"x")
+    live = FileInputSlot("candidate", 1 << 16, 4096)
+    other = tmp_path / "kernelopt-notes.txt"
+    other.write_text("not a slot")
+    try:
+        assert input_files.remove_orphans() == 1
+        assert not orphan.exists() and Path(live.path).exists() and other.exists()
+    finally:
+        live.close()

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelopt.sandbox import input_files
 from kernelopt.sandbox.input_files import CONTAINER_PATH as CONTAINER_INPUTS
 from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.worker import wire
@@ -129,6 +130,7 @@ def connect(image: str, device: str):
     if device.startswith("cuda"):
         check_nvidia_runtime(client.info())
     remove_orphans(client)
+    input_files.remove_orphans()  # slot files of a kernelopt killed before its workers' hello
     return client
 
 

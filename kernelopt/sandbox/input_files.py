@@ -30,8 +30,8 @@ class FileInputSlot:
 
     def __init__(self, role: str, size: int, window: int, uid: int | None = None, gid: int | None = None):
         # The name is unique, so /proc/<pid>/maps finds this slot's mapping by it (the host's
-        # path and the container's both end in it).
-        self.name = f"kernelopt-{role}-inputs-{secrets.token_hex(6)}"
+        # path and the container's both end in it); it names the host's pid for remove_orphans.
+        self.name = f"kernelopt-{role}-inputs-{os.getpid()}-{secrets.token_hex(6)}"
         self.path = os.path.join(SLOT_DIRECTORY, self.name)
         self.size = size
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o640)
@@ -92,6 +92,26 @@ class FileInputSlot:
         except OSError:
             pass
         self.unlink()
+
+
+def remove_orphans() -> int:
+    """Remove slot files whose kernelopt process is gone (killed between making a container's
+    slot and its worker's hello, when the name is unlinked). Returns how many."""
+    removed = 0
+    try:
+        names = os.listdir(SLOT_DIRECTORY)
+    except OSError:
+        return 0
+    for name in names:
+        parts = name.split("-")
+        if len(parts) == 5 and parts[0] == "kernelopt" and parts[2] == "inputs" and parts[3].isdigit() \
+                and not os.path.exists(f"/proc/{parts[3]}"):
+            try:
+                os.unlink(os.path.join(SLOT_DIRECTORY, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def transport_note(readable: bool) -> str:
