@@ -84,12 +84,13 @@ def main() -> None:
     parser.add_argument("--timing-budget", type=float, default=2.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--json", type=Path, help="write the whole trace here")
+    parser.add_argument("--isolation", default=None, help="the sandbox backend (default: the best available)")
     args = parser.parse_args()
     problem = load_problem(args.problem)
     source = args.candidate.read_text() if args.candidate else as_candidate(args.problem.read_text())
     calls = traced({"trials": correctness, "timing": rounds, "every_element": every_element})
     before = machine_state()
-    result = evaluate(problem, source, EvalOptions(device=args.device, timing_budget=args.timing_budget,
+    result = evaluate(problem, source, EvalOptions(device=args.device, isolation=args.isolation, timing_budget=args.timing_budget,
                                                    timeout=args.timeout))
     after = machine_state()
     print(f"{'phase':14} {'side':9} {'ms':>10} {'wall':>10} {'cpu':>10} " + " ".join(f"{s:>8}" for s in STEPS))

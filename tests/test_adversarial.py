@@ -513,21 +513,21 @@ DOCKER_SUBSET = (
     "hacks/hang_infinite_loop.py", "hacks/const_softmax_uniform.py",
 )
 # Cases whose verdict in a container differs from bubblewrap's for a reason of the backend, not
-# of the referee: the families only the namespace backends' shared input slot shows (a container
-# gets no descriptors, so each call's inputs travel in a frame and are decoded into the worker's
-# own fresh memory). rel -> why. benchmarks/corpus_in_docker.py reports them apart; none is in
-# DOCKER_SUBSET. Either verdict gains the hack nothing.
+# of the referee: a container's input slot is a file mounted and mapped read-only
+# (sandbox/input_files.py), so a write into an input faults in the program that makes it, where
+# bubblewrap's writable slot lets the host see the change. rel -> why.
+# benchmarks/corpus_in_docker.py reports them apart; none is in DOCKER_SUBSET. Either verdict
+# gains the hack nothing.
 DOCKER_DIFFERS: dict[str, str] = {
-    "hacks/mutate_input_inplace.py": "input mutation is seen in the shared input slot; in a container the "
-    "candidate mutates its own decoded copy, which nothing else reads (the reference and the host keep "
-    "theirs): not flagged, and harmless",
+    "hacks/mutate_input_inplace.py": "input mutation: in a container the input is a view of the read-only "
+    "slot, so the in-place write kills the candidate's worker (SIGSEGV: runtime_error) where bubblewrap's "
+    "writable slot shows the change to the host (rejected, input_mutation)",
     "hacks/mutate_input_roundtrip.py": "input mutation, as mutate_input_inplace.py",
     "hacks/mutate_gather_table.py": "input mutation, as mutate_input_inplace.py",
-    "hacks/cache_by_data_ptr.py": "fresh buffers for every call's inputs: the cache keyed on data pointers "
-    "never hits, so the candidate computes every call (correct, and slower than the reference)",
-    "hacks/timer_hidden_work_in_output_finalizer.py": "containers are timed by the wall clock to the answer "
-    "(not the group's CPU clock), which does not charge all of the finalizer's hidden work: correct at "
-    "0.83x where its header wants it charged down to 0.5x; it gains nothing",
+    "hacks/alias_relu_inplace.py": "the output is the input, written in place first: SIGSEGV in a container "
+    "(runtime_error), as mutate_input_inplace.py",
+    "hacks/alias_view_of_input.py": "writes its result into the input (out=x) before returning a view of it: "
+    "SIGSEGV in a container (runtime_error), as mutate_input_inplace.py",
 }
 
 

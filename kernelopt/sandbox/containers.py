@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelopt.sandbox import input_files
+from kernelopt.sandbox.input_files import CONTAINER_PATH as CONTAINER_INPUTS
 from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.worker import wire
 
@@ -53,9 +55,16 @@ class ContainerLimits:
 
 
 def container_config(image: str, command: list[str], scratch: Path, device: str, limits: ContainerLimits,
-                     environment: dict[str, str], owner: str, uid: int, gid: int) -> dict:
-    """Keyword arguments of docker's `containers.create` for one worker (pure: unit-tested)."""
+                     environment: dict[str, str], owner: str, uid: int, gid: int,
+                     inputs_path: str | None = None) -> dict:
+    """Keyword arguments of docker's `containers.create` for one worker (pure: unit-tested).
+    `inputs_path`: the host's input slot file (input_files.py), mounted read-only."""
     from docker.types import DeviceRequest
+
+    volumes = {str(scratch): {"bind": str(scratch), "mode": "rw"}}
+    if inputs_path is not None:
+        volumes[inputs_path] = {"bind": CONTAINER_INPUTS, "mode": "ro"}
+        command = [*command, "--inputs-path", CONTAINER_INPUTS]
 
     config = {
         "image": image,
@@ -66,7 +75,7 @@ def container_config(image: str, command: list[str], scratch: Path, device: str,
         "network_mode": "none",
         "read_only": True,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_bytes}"},
-        "volumes": {str(scratch): {"bind": str(scratch), "mode": "rw"}},
+        "volumes": volumes,
         "working_dir": str(scratch),
         "user": f"{uid}:{gid}",
         "cap_drop": ["ALL"],
@@ -121,6 +130,7 @@ def connect(image: str, device: str):
     if device.startswith("cuda"):
         check_nvidia_runtime(client.info())
     remove_orphans(client)
+    input_files.remove_orphans()  # slot files of a kernelopt killed before its workers' hello
     return client
 
 

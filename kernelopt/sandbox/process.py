@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
 from kernelopt.sandbox.device_slots import Keeper, WorkerSlots
+from kernelopt.sandbox.input_files import FileInputSlot, transport_note
 from kernelopt.sandbox.process_memory import ProcessMemory
 from kernelopt.sandbox.device import ram_bytes
 from kernelopt.sandbox.sizes import parse_size
@@ -182,20 +183,24 @@ class WorkerProcess:
         cmd_read, self._cmd_write = os.pipe()
         self._out_read, out_write = os.pipe()
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
-        # A container gets no descriptors beyond its attached streams: inputs then travel in frames.
-        self.inputs = None if backend.name == "docker" else InputSlot(role)
+        # A container gets no descriptors beyond its attached streams: its slot is a tmpfs file,
+        # bind-mounted read-only (input_files.py).
+        self.inputs: InputSlot | FileInputSlot | None
         self.contained: containment.Group | process_tree.TreeWalk
         self.cgroup_escape = ""  # how the worker could leave its group (isolation.cgroup_escape)
         if backend.name == "docker":
-            self.process = _start_container(backend, role, scratch, device, memory_limit, environment,
-                                            cmd_read, out_write, self.log_path)
+            self.process, self.inputs = _start_container(backend, role, scratch, device, memory_limit, environment,
+                                                         cmd_read, out_write, self.log_path)
             # The container's own cgroup, acted on through the kernel's files where this host can
             # write them (a local daemon); else through the daemon (pause, stats).
             adopted = containment.Group.adopt(self.process.pid, "docker", self.process.container.id)
             self.contained = adopted or process_tree.ContainerWalk(self.process.container)
             self.contained.attach(self.process.pid)
+            if adopted is None:  # a remote or rootless daemon: its processes are not this host's to read
+                self.inputs.close()
+                self.inputs = None  # inputs and outputs travel in frames (calls.transport_for)
         else:
-            assert self.inputs is not None  # every backend but docker has the slot
+            self.inputs = InputSlot(role)
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
             self._fds, fds_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             fds = (cmd_read, out_write, self.inputs.fd, fds_theirs.fileno())
@@ -337,6 +342,8 @@ class WorkerProcess:
         """The same, with why no stronger mechanism is used (and how the worker could leave its
         group, where the backend lets it), for the verdict's isolation record."""
         record = self.contained.record()
+        if self.contained.kind == "docker" or isinstance(self.contained, process_tree.ContainerWalk):
+            record += transport_note(self.inputs is not None and self.memory is not None)
         return record + (f"; escapable: {self.cgroup_escape}" if self.cgroup_escape else "")
 
     @property
@@ -348,8 +355,11 @@ class WorkerProcess:
         """Call once the worker said hello: the processes of the sandbox (bwrap, the worker)
         and the threads of the group at that point are the harness's own."""
         self.worker_pid = process_tree.leaf_of_chain(self.process.pid)
-        # Before any program code runs: the host reads this address space from now on.
-        self.memory = ProcessMemory.open(self.worker_pid, self.inputs.name if self.inputs is not None else None)
+        # Before any program code runs: the host reads this address space from now on (not a
+        # container's behind a daemon whose processes are not this host's: it has no slot then).
+        self.memory = ProcessMemory.open(self.worker_pid, self.inputs.name) if self.inputs is not None else None
+        if isinstance(self.inputs, FileInputSlot):
+            self.inputs.unlink()  # mapped now: the file goes with the host's descriptor, whatever ends it
         self._rank_for_the_oom_killer()
         if isinstance(self.contained, process_tree.TreeWalk):
             self.contained.worker_pid = self.worker_pid
@@ -559,9 +569,8 @@ class InputSlot:
 
 def _start_container(backend: isolation.Backend, role: str, scratch: Path, device: str, memory_limit: int,
                      environment: dict[str, str], cmd_read: int, out_write: int, log_path: Path):
-    """The worker in a container of the sandbox image (kernelopt/sandbox/containers.py)."""
-    import socket
-
+    """The worker in a container of the sandbox image (kernelopt/sandbox/containers.py), and
+    its input slot (input_files.py), removed again where the container does not start."""
     from kernelopt.sandbox import containers
 
     if backend.image is None:
@@ -571,12 +580,17 @@ def _start_container(backend: isolation.Backend, role: str, scratch: Path, devic
     if os.getuid() == 0:
         os.chown(scratch, uid, gid)  # the container's unprivileged user writes its scratch
         os.chown(scratch / "tmp", uid, gid)
-    config = containers.container_config(
-        backend.image, containers.worker_command(role), scratch, device,
-        containers.ContainerLimits(memory_bytes=memory_limit), environment,
-        owner=f"{socket.gethostname()}:{os.getpid()}", uid=uid, gid=gid)
-    log_path.write_bytes(b"")
-    return containers.ContainerProcess(client, config, cmd_read, out_write, log_path)
+    inputs = FileInputSlot(role, INPUT_SLOT_BYTES, PLACEMENT_WINDOW_BYTES, uid, gid)
+    try:
+        config = containers.container_config(
+            backend.image, containers.worker_command(role), scratch, device,
+            containers.ContainerLimits(memory_bytes=memory_limit), environment,
+            owner=f"{socket.gethostname()}:{os.getpid()}", uid=uid, gid=gid, inputs_path=inputs.path)
+        log_path.write_bytes(b"")
+        return containers.ContainerProcess(client, config, cmd_read, out_write, log_path), inputs
+    except BaseException:
+        inputs.close()
+        raise
 
 
 def _device_environment(device: str) -> dict[str, str]:

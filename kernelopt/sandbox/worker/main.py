@@ -388,16 +388,22 @@ _HANDLERS = {
 }
 
 
-def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None, fds_fd: int | None = None) -> None:
+def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None, fds_fd: int | None = None,
+          inputs_path: str | None = None) -> None:
     harness_turn()
     reader = wire.FrameReader(cmd_fd)
     worker = Worker(role, reader, out_fd)
     if fds_fd is not None:
         worker.descriptors = socket.socket(fileno=fds_fd)
-    if inputs_fd is not None:
+    if inputs_path is not None:
+        worker.inputs_map = _map_read_only(inputs_path)
+    elif inputs_fd is not None:
         import mmap
 
         worker.inputs_map = mmap.mmap(inputs_fd, os.fstat(inputs_fd).st_size)
+    if worker.inputs_map is not None:
+        import mmap
+
         # Map the placement window's pages now (the host wrote them): a call never faults them in.
         window = min(len(worker.inputs_map), 32 << 20)
         sum(worker.inputs_map[offset] for offset in range(0, window, mmap.PAGESIZE))
@@ -427,6 +433,31 @@ def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None, fds
         sys.stdout.flush()
 
 
+def _map_read_only(path: str) -> mmap.mmap | None:
+    """A container's input slot (sandbox/input_files.py): the host's tmpfs file, mounted
+    read-only, mapped shared and read-only, so an input written in place faults in the program
+    that writes it. None where it cannot be mapped (the host then sends the inputs in frames)."""
+    import mmap
+    import warnings
+
+    import torch
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        mapped = mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    with warnings.catch_warnings():  # torch warns once per process of a read-only buffer: here, not in a call
+        warnings.simplefilter("ignore")
+        torch.frombuffer(memoryview(mapped)[:1], dtype=torch.uint8)
+    return mapped
+
+
 def _channel_off_standard_streams(cmd_fd: int, out_fd: int) -> tuple[int, int]:
     """In a container the channel is the worker's stdin/stdout (all docker attaches). Move it
     to fresh descriptors, then give stdin /dev/null and make stdout the log (stderr): nothing
@@ -448,6 +479,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out-fd", type=int, required=True)
     parser.add_argument("--inputs-fd", type=int, default=None)
     parser.add_argument("--fds-fd", type=int, default=None)
+    parser.add_argument("--inputs-path", default=None)
     args = parser.parse_args(argv)
     cmd_fd, out_fd = _channel_off_standard_streams(args.cmd_fd, args.out_fd)
     import torch  # (import before anything of the candidate's; binds torch's state)
@@ -457,5 +489,5 @@ def main(argv: list[str] | None = None) -> None:
     global _synchronize
     _synchronize = torch.cuda.synchronize
 
-    serve(args.role, cmd_fd, out_fd, args.inputs_fd, args.fds_fd)
+    serve(args.role, cmd_fd, out_fd, args.inputs_fd, args.fds_fd, args.inputs_path)
     os._exit(0)  # skip interpreter teardown: a candidate's atexit hooks get no say
