@@ -6,7 +6,7 @@ judge it under docker through one warm Evaluator per problem and options (as the
 does), and, for the honest controls (or every case, --bubblewrap all), under bubblewrap too.
 Checks what the issue's acceptance asks: no hack judged `correct` above 1.5x, every honest
 control correct, exact copies within 0.8x-1.25x; and lists the cases whose docker verdict
-breaks the case's own header (tests/test_adversarial.py's DOCKER_DIFFERS names those that differ
+breaks the case's own header (tests/test_adversarial_docker.py's DOCKER_DIFFERS names those that differ
 for a reason of the backend).
 
     DOCKER_HOST=... python benchmarks/corpus_in_docker.py [--bubblewrap honest|all|none]
@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import test_adversarial as corpus  # noqa: E402
+from test_adversarial_docker import DOCKER_DIFFERS  # noqa: E402
 
 HACK_CORRECT_MAX = 1.5
 EXACT_COPY_BOUNDS = (0.8, 1.25)
@@ -113,7 +114,7 @@ def main() -> None:
                       if s is None or not EXACT_COPY_BOUNDS[0] <= s <= EXACT_COPY_BOUNDS[1]]
     header_broken = {rel: r.get("problems") or r.get("error") for rel, r in docker_rows.items()
                      if not r.get("header_holds")}
-    differ_known = {rel: why for rel, why in corpus.DOCKER_DIFFERS.items() if rel in header_broken}
+    differ_known = {rel: why for rel, why in DOCKER_DIFFERS.items() if rel in header_broken}
     status_vs_bubblewrap = {rel: (r["docker"]["status"], r["bubblewrap"]["status"]) for rel, r in rows.items()
                             if "bubblewrap" in r and r["docker"]["status"] != r["bubblewrap"]["status"]}
     speedups_vs_bubblewrap = {rel: (r["docker"].get("speedup"), r["bubblewrap"].get("speedup"))

@@ -39,7 +39,7 @@ fi
 bash scripts/docker_image.sh --flavour cpu
 echo "docker step: daemon and image ready in $(( $(date +%s) - started )) s"
 status=0
-.venv/bin/python -m pytest -q -m "docker and not docker_gpu" -p no:cacheprovider --durations=8 tests/test_docker.py tests/test_docker_memory.py tests/test_adversarial.py \
+.venv/bin/python -m pytest -q -m "docker and not docker_gpu" -p no:cacheprovider --durations=8 tests/test_docker.py tests/test_docker_memory.py tests/test_adversarial_docker.py \
   tests/test_containers.py tests/test_doctor.py "$@" || status=$?
 left=$(docker ps -aq)
 if [ -n "$left" ]; then
