@@ -163,6 +163,7 @@ def test_the_workbench_drives_a_session_from_the_browser(browser, workbench, tmp
     assert browser.find_elements(By.CSS_SELECTOR, "#chart path.line")
     usage = browser.find_element(By.ID, "usage").text
     assert usage.startswith("2 calls") and "3 evaluations" in usage
+    assert "cost unknown (no price)" in usage  # no --price: unknown, not $0
 
     click(browser, 'li.candidate[data-number="2"] > .node')
     click(browser, '#tabs button[data-tab="diff"]')

@@ -120,7 +120,7 @@ function renderHeader(state) {
   $("run").textContent = `run ${state.run_id} · ${state.model} · ${state.device}`;
   const u = state.usage;
   $("usage").textContent = `${u.llm_calls} calls (${u.llm_calls_failed} failed) · ` +
-    `${u.prompt_tokens + u.completion_tokens} tokens · $${u.cost.toFixed(4)} · ${u.evaluations} evaluations · ${Math.round(u.wall_s)} s`;
+    `${u.prompt_tokens + u.completion_tokens} tokens · ${u.cost === null ? "cost unknown (no price)" : "$" + u.cost.toFixed(4)} · ${u.evaluations} evaluations · ${Math.round(u.wall_s)} s`;
   $("busy").textContent = state.busy ? state.busy + "…" : "idle";
   $("busy-box").className = state.busy ? "busy" : "";
   $("notices").replaceChildren(...state.notices.map((m) => el("li", {}, m)));
