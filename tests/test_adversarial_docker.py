@@ -77,6 +77,11 @@ def test_the_docker_subset_names_cases_of_the_corpus():
     rels = {path.relative_to(CORPUS).as_posix() for path in discover()}
     assert set(DOCKER_SUBSET) <= rels and set(DOCKER_DIFFERS) <= rels
     assert not set(DOCKER_SUBSET) & set(DOCKER_DIFFERS)
-    widened = {rel for rel in DOCKER_SUBSET
-               if _container_bounds(parse_case(CORPUS / rel)) != parse_case(CORPUS / rel)}
-    assert widened == {"honest/relu_exact_copy.py", "honest/softmax_exact_copy.py"}  # the calibration cases only
+    low, high = CONTAINER_CALIBRATION
+    for rel in DOCKER_SUBSET:  # only the calibration cases' bounds are widened, and to at least these
+        case = parse_case(CORPUS / rel)
+        held = _container_bounds(case)
+        if case.family == "honest timing calibration":
+            assert held.speedup_min <= low and held.speedup_max >= high, rel
+        else:
+            assert held == case, rel
