@@ -133,10 +133,7 @@ def default_store_path() -> Path:
 def calls_cost(calls: list[dict]) -> float | None:
     """What a run's LLM calls cost, in US dollars (a cached answer costs nothing). None where an
     answered call has no cost: its model had no price (--price), so the sum would read as free."""
-    answered = [c["cost"] for c in calls if c.get("error") is None]
-    if any(cost is None for cost in answered):
-        return None
-    return round(sum(answered), 6)
+    return total_cost([c["cost"] for c in calls if c.get("error") is None])
 
 
 def total_cost(costs: list[float | None]) -> float | None:
