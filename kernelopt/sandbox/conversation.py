@@ -120,8 +120,13 @@ class Conversation:
     # -- what replies carry -----------------------------------------------------------------
 
     def make_inputs(self, seeds: list[int]) -> list[InputSet]:
-        """Input sets made by the reference worker (trusted code only) for the host's seeds."""
+        """Input sets made by the reference worker (trusted code only) for the host's seeds. Its
+        group is frozen again at once: left thawed, whatever its process still does after the
+        answer (freeing the sets) ran beside the candidate's calls when the candidate's turn came
+        first, and only then (an exact copy read 0.8x in containers, whose calls the wall clock
+        times)."""
         reply, blobs = self.ask(self.reference, commands.inputs(seeds))
+        self.reference.freeze()
         return input_sets(self.problem, seeds, reply, blobs)
 
     def collect_labels(self, findings: rules.Findings | None = None) -> None:
