@@ -1,9 +1,9 @@
 """A stand-in for the Docker daemon, for tests on machines without one: the docker SDK calls
 kernelopt makes, answered by running the container's command as a local process.
 
-It proves kernelopt's side of the docker backend (the configuration it asks for, the attach
-stream it demultiplexes, the worker's channel on stdin/stdout, the census, kill and cleanup of
-a container's processes), not docker's isolation: that is what the `docker`-marked tests do
+It proves kernelopt's side of the docker backend (the configuration it asks for, the bind
+mounts it relies on, the worker's socket channel, the attach stream it demultiplexes for the
+log, the census, kill and cleanup of a container's processes), not docker's isolation: that is what the `docker`-marked tests do
 against a real daemon.
 """
 
@@ -50,7 +50,7 @@ class FakeContainer:
 
     # -- the SDK's container API --
     def start(self):
-        command = [sys.executable if part == "python3" else part.replace(containers.WORKER_ROOT, str(SANDBOX_DIR))
+        command = [sys.executable if part == "python3" else self._host_path(part)
                    for part in self.config["command"]]
         env = dict(self.config["environment"], PATH=os.environ.get("PATH", "/usr/bin:/bin"))
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -63,6 +63,15 @@ class FakeContainer:
         for thread in outputs:
             thread.start()
         threading.Thread(target=self._close_when_done, args=(outputs,), daemon=True).start()
+
+    def _host_path(self, part: str) -> str:
+        """A path inside the container as this host sees it: through the bind mounts (the
+        channel's socket, the input slot), or the image's worker package as this checkout's."""
+        for source, mount in (self.config.get("volumes") or {}).items():
+            target = mount["bind"]
+            if part == target or part.startswith(target + "/"):
+                return source + part[len(target):]
+        return part.replace(containers.WORKER_ROOT, str(SANDBOX_DIR))
 
     def reload(self):
         if self.removed:

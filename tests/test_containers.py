@@ -28,7 +28,8 @@ LIMITS = containers.ContainerLimits(memory_bytes=8 << 30, pids=256, cpus=4.0)
 def config_for(device: str, tmp_path):
     env = {"HOME": str(tmp_path), "PATH": "/host/bin", "CUDA_HOME": "/host/cuda", "OMP_NUM_THREADS": "1"}
     return containers.container_config("kernelopt-sandbox", containers.worker_command("candidate"), tmp_path,
-                                       device, LIMITS, env, owner="host:42", uid=1234, gid=1234)
+                                       device, LIMITS, env, owner="host:42", uid=1234, gid=1234,
+                                       channel_directory="/tmp/kernelopt-channel-x")
 
 
 def test_a_worker_container_is_locked_down(tmp_path):
@@ -38,9 +39,12 @@ def test_a_worker_container_is_locked_down(tmp_path):
     assert config["user"] == "1234:1234"
     assert config["pids_limit"] == 256 and config["mem_limit"] == config["memswap_limit"] == 8 << 30
     assert config["nano_cpus"] == 4_000_000_000
-    assert config["volumes"] == {str(tmp_path): {"bind": str(tmp_path), "mode": "rw"}}, "scratch is the only mount"
+    assert config["volumes"] == {
+        str(tmp_path): {"bind": str(tmp_path), "mode": "rw"},
+        "/tmp/kernelopt-channel-x": {"bind": "/kernelopt-channel", "mode": "ro"},
+    }, "scratch is the only writable mount; the channel's socket directory is read-only"
     assert set(config["tmpfs"]) == {"/tmp"} and config["working_dir"] == str(tmp_path)
-    assert config["ipc_mode"] == "private" and config["init"] is True and config["stdin_open"] is True
+    assert config["ipc_mode"] == "private" and config["init"] is True and config["stdin_open"] is False
     assert "device_requests" not in config, "a CPU evaluation gets no GPU"
     assert config["environment"] == {"HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}, "the host's paths stay out"
     assert config["labels"] == {containers.OWNER_LABEL: "host:42"}
@@ -55,9 +59,10 @@ def test_the_sdk_turns_the_configuration_into_the_request_docker_receives(tmp_pa
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True and host["Init"] is True
     assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges:true"]
     assert host["PidsLimit"] == 256 and host["Memory"] == host["MemorySwap"] == 8 << 30
-    assert host["Binds"] == [f"{tmp_path}:{tmp_path}:rw"] and list(host["Tmpfs"]) == ["/tmp"]
+    assert host["Binds"] == [f"{tmp_path}:{tmp_path}:rw", "/tmp/kernelopt-channel-x:/kernelopt-channel:ro"]
+    assert list(host["Tmpfs"]) == ["/tmp"]
     assert [r["DeviceIDs"] for r in host["DeviceRequests"]] == [["1"]]
-    assert request["user"] == "1234:1234" and request["stdin_open"] is True
+    assert request["user"] == "1234:1234" and request["stdin_open"] is False
 
 
 def test_a_cuda_worker_gets_only_its_gpu(tmp_path):
@@ -69,10 +74,10 @@ def test_a_cuda_worker_gets_only_its_gpu(tmp_path):
     assert isolation.device_inside(isolation.Backend("bubblewrap", True, True, True), "cuda:2") == "cuda:2"
 
 
-def test_the_worker_speaks_on_the_containers_stdin_and_stdout():
+def test_the_worker_speaks_on_the_hosts_socket_not_the_attach_stream():
     command = containers.worker_command("reference")
     assert command[:4] == ["python3", "-E", "-s", "-c"] and containers.WORKER_ROOT in command[4]
-    assert command[-4:] == ["--cmd-fd", "0", "--out-fd", "1"]
+    assert command[-2:] == ["--channel-path", "/kernelopt-channel/worker.sock"]
 
 
 def test_the_attach_stream_is_demultiplexed_however_it_is_split():
@@ -165,8 +170,9 @@ class DyingDaemon(FakeDaemon):
     """What a real daemon cannot be made to do on cue: die in the middle of a call. The forward
     of one side (`role`) announces itself on its stderr and then sleeps; at that side's third
     forward the daemon goes, while the call is in flight: the attach streams close, every API
-    call (a ping too) fails, and the container's processes, like a real daemon's under
-    containerd, keep running until someone kills them."""
+    call (a ping, a pause) fails, and the container's processes, like a real daemon's under
+    containerd, keep running until someone kills them; the worker's socket channel does not pass
+    through the daemon, so the call still answers, and the pause that should follow it fails."""
 
     def __init__(self, role: str):
         super().__init__()

@@ -73,14 +73,15 @@ def test_the_container_mounts_the_slot_read_only_and_the_worker_is_told_where(tm
     pytest.importorskip("docker")
     config = containers.container_config("img", containers.worker_command("candidate"), tmp_path, "cpu",
                                          containers.ContainerLimits(memory_bytes=1 << 30), {}, owner="h:1",
-                                         uid=1000, gid=1000, inputs_path="/dev/shm/kernelopt-candidate-inputs-x")
+                                         uid=1000, gid=1000, channel_directory="/tmp/ch",
+                                         inputs_path="/dev/shm/kernelopt-candidate-inputs-x")
     assert config["volumes"]["/dev/shm/kernelopt-candidate-inputs-x"] == {"bind": input_files.CONTAINER_PATH,
                                                                            "mode": "ro"}
     assert config["volumes"][str(tmp_path)]["mode"] == "rw"
     assert config["command"][-2:] == ["--inputs-path", input_files.CONTAINER_PATH]
     bare = containers.container_config("img", ["python3"], tmp_path, "cpu", containers.ContainerLimits(1 << 30), {},
-                                       owner="h:1", uid=1000, gid=1000)
-    assert list(bare["volumes"]) == [str(tmp_path)] and "--inputs-path" not in bare["command"]
+                                       owner="h:1", uid=1000, gid=1000, channel_directory="/tmp/ch")
+    assert list(bare["volumes"]) == [str(tmp_path), "/tmp/ch"] and "--inputs-path" not in bare["command"]
 
 
 def test_the_worker_maps_the_slot_read_only_so_an_in_place_write_kills_only_the_worker(slot):

@@ -3,8 +3,9 @@
 A worker container gets: no network, a read-only root with a tmpfs /tmp, its scratch directory
 as the only writable bind mount, the image's unprivileged user, every capability dropped,
 no-new-privileges, pids, memory and CPU limits, and on a CUDA device that one GPU only. The
-host talks to the worker over the container's attached stdin/stdout (the worker moves its
-channel off them before any program code runs, docs/sandbox.md); stderr is the worker's log.
+host talks to the worker over a Unix socket of its own, bind-mounted read-only, that the worker
+connects to before any program code runs (container_channel.py: the daemon is not in a call's
+path); the attached stdout and stderr are the worker's log.
 
 The host keeps its own view of the sandbox: the container's processes are ordinary processes
 of this kernel, so the census, the memory watchdog and the kill of kernelopt/sandbox/process.py
@@ -23,8 +24,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelopt.sandbox import input_files
+from kernelopt.sandbox import container_channel, input_files
+from kernelopt.sandbox.container_channel import ChannelListener, ChannelNotConnected
 from kernelopt.sandbox.input_files import CONTAINER_PATH as CONTAINER_INPUTS
+from kernelopt.sandbox.input_files import FileInputSlot
 from kernelopt.sandbox.isolation import IsolationError
 from kernelopt.sandbox.worker import wire
 
@@ -39,6 +42,9 @@ _HOST_ONLY_VARIABLES = ("PATH", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CU
 _SANDBOX_UID = 1000  # the image's `sandbox` user, used when the host runs as root
 # How long the host waits for the daemon's answer to a ping after a worker died or went silent.
 DAEMON_CHECK_S = 5.0
+# How long a started container's worker may take to connect to the host's socket (a Python
+# start before any import; seconds on a loaded machine).
+CONNECT_TIMEOUT_S = 120.0
 
 
 class DockerError(IsolationError):
@@ -55,13 +61,15 @@ class ContainerLimits:
 
 
 def container_config(image: str, command: list[str], scratch: Path, device: str, limits: ContainerLimits,
-                     environment: dict[str, str], owner: str, uid: int, gid: int,
+                     environment: dict[str, str], owner: str, uid: int, gid: int, channel_directory: str,
                      inputs_path: str | None = None) -> dict:
     """Keyword arguments of docker's `containers.create` for one worker (pure: unit-tested).
-    `inputs_path`: the host's input slot file (input_files.py), mounted read-only."""
+    `channel_directory`: the host's listening socket's directory (container_channel.py),
+    mounted read-only; `inputs_path`: the host's input slot file (input_files.py), read-only."""
     from docker.types import DeviceRequest
 
-    volumes = {str(scratch): {"bind": str(scratch), "mode": "rw"}}
+    volumes = {str(scratch): {"bind": str(scratch), "mode": "rw"},
+               channel_directory: {"bind": container_channel.CONTAINER_DIRECTORY, "mode": "ro"}}
     if inputs_path is not None:
         volumes[inputs_path] = {"bind": CONTAINER_INPUTS, "mode": "ro"}
         command = [*command, "--inputs-path", CONTAINER_INPUTS]
@@ -69,7 +77,7 @@ def container_config(image: str, command: list[str], scratch: Path, device: str,
     config = {
         "image": image,
         "command": command,
-        "stdin_open": True,
+        "stdin_open": False,  # the program's stdin is /dev/null
         "detach": True,
         "init": True,  # a tiny init reaps zombies, so the process census stays exact
         "network_mode": "none",
@@ -96,10 +104,36 @@ def container_config(image: str, command: list[str], scratch: Path, device: str,
     return config
 
 
+def start_worker(image: str, role: str, scratch: Path, device: str, memory_limit: int, environment: dict[str, str],
+                 log_path: Path, slot_bytes: int, window_bytes: int) -> tuple[ContainerProcess, FileInputSlot]:
+    """A worker in a container of `image`, connected, and its input slot (input_files.py);
+    the slot and the socket's directory are removed again where the container does not start."""
+    client = connect(image, device)
+    uid, gid = container_user()
+    if os.getuid() == 0:
+        os.chown(scratch, uid, gid)  # the container's unprivileged user writes its scratch
+        os.chown(scratch / "tmp", uid, gid)
+    inputs = FileInputSlot(role, slot_bytes, window_bytes, uid, gid)
+    listener = None
+    try:
+        listener = ChannelListener(uid, gid)
+        config = container_config(
+            image, worker_command(role), scratch, device, ContainerLimits(memory_bytes=memory_limit), environment,
+            owner=f"{socket.gethostname()}:{os.getpid()}", uid=uid, gid=gid,
+            channel_directory=listener.directory, inputs_path=inputs.path)
+        log_path.write_bytes(b"")
+        return ContainerProcess(client, config, listener, log_path), inputs
+    except BaseException:
+        if listener is not None:
+            listener.close()
+        inputs.close()
+        raise
+
+
 def worker_command(role: str) -> list[str]:
-    """The worker as the image runs it; its channel is the container's stdin/stdout."""
+    """The worker as the image runs it; its channel is the host's socket, mounted read-only."""
     boot = f"import sys; sys.path.insert(0, {WORKER_ROOT!r}); from worker.main import main; main(sys.argv[1:])"
-    return ["python3", "-E", "-s", "-c", boot, "--role", role, "--cmd-fd", "0", "--out-fd", "1"]
+    return ["python3", "-E", "-s", "-c", boot, "--role", role, "--channel-path", container_channel.CONTAINER_SOCKET]
 
 
 def container_user() -> tuple[int, int]:
@@ -220,17 +254,17 @@ def remove_orphans(client) -> int:
 
 class ContainerProcess:
     """One worker container, shaped like the subprocess.Popen the host uses for other backends:
-    `pid` (the container's init, as this host sees it), `poll`, `wait`, `kill`; and
-    `daemon_silent`, for the host to tell a dead daemon from a dead worker. Two threads carry
-    the channel between the host's pipes and the container's attached streams."""
+    `pid` (the container's init, as this host sees it), `poll`, `wait`, `kill`; `channel`, the
+    host's (command, reply) descriptors of the worker's socket connections, which the caller
+    owns; and `daemon_silent`, for the host to tell a dead daemon from a dead worker. A thread
+    copies the container's attached stdout and stderr (what the program prints) to the log."""
 
-    def __init__(self, client, config: dict, cmd_read: int, out_write: int, log_path: Path):
+    def __init__(self, client, config: dict, listener: ChannelListener, log_path: Path):
         self.client = client
         self.container = client.containers.create(**config)
         self.returncode: int | None = None
         try:
-            attached = client.api.attach_socket(self.container.id, params={
-                "stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            attached = client.api.attach_socket(self.container.id, params={"stdout": 1, "stderr": 1, "stream": 1})
             self._socket = getattr(attached, "_sock", attached)
             self.container.start()
             self.container.reload()
@@ -238,10 +272,25 @@ class ContainerProcess:
         except Exception:
             self.container.remove(force=True)
             raise
-        # The threads own their own copies: the caller closes its ends as for a subprocess.
-        threading.Thread(target=_pump_commands, args=(os.dup(cmd_read), self._socket), daemon=True).start()
-        threading.Thread(target=_pump_replies, args=(self._socket, os.dup(out_write), log_path),
-                         daemon=True).start()
+        threading.Thread(target=_pump_log, args=(self._socket, log_path), daemon=True).start()
+        self.channel = self._connect(listener)
+
+    def _connect(self, listener: ChannelListener) -> tuple[int, int]:
+        """The worker's connections; a worker that never connects (it died, or hung before its
+        first import) is killed and gets a channel already closed, so the host meets it as a
+        worker that died before its hello (the log and exit code say why)."""
+        try:
+            return listener.accept(self.pid, lambda: self.poll() is None, CONNECT_TIMEOUT_S)
+        except ChannelNotConnected:
+            self.kill()
+            commands_read, commands_write = os.pipe()
+            replies_read, replies_write = os.pipe()
+            for end in (commands_read, replies_write):
+                os.close(end)
+            return commands_write, replies_read
+        except BaseException:
+            self.kill()
+            raise
 
     def daemon_silent(self) -> str | None:
         """Why the daemon that runs this container does not answer, or None where it does. A
@@ -296,44 +345,20 @@ def _as_signal_code(exit_code: int) -> int:
     return -(exit_code - 128) if 128 < exit_code < 160 else exit_code
 
 
-def _pump_commands(cmd_read: int, sock) -> None:
-    """Host -> worker: the command pipe's bytes go to the container's stdin as they are."""
-    try:
-        while chunk := os.read(cmd_read, 1 << 16):
-            sock.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        os.close(cmd_read)
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-
-def _pump_replies(sock, out_write: int, log_path: Path) -> None:
-    """Worker -> host: docker multiplexes stdout and stderr on the attached socket; stdout is
-    the reply channel, stderr (everything the program prints) goes to the size-capped log."""
+def _pump_log(sock, log_path: Path) -> None:
+    """Docker multiplexes the container's stdout and stderr on the attached socket: both are
+    what the program prints, and go to the worker's log."""
     demux = Demultiplexer()
     try:
         with open(log_path, "ab") as log:
             while chunk := sock.recv(1 << 16):
-                for stream, payload in demux.feed(chunk):
-                    if stream == 1:
-                        _write_all(out_write, payload)
-                    else:
-                        log.write(payload)
-                        log.flush()
-    except OSError:
+                for _, payload in demux.feed(chunk):
+                    log.write(payload)
+                    log.flush()
+    except (OSError, wire.ProtocolError):
         pass
     finally:
-        os.close(out_write)  # the host's reader sees the channel close
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+        sock.close()
 
 
 class Demultiplexer:

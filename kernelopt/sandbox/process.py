@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
@@ -180,17 +181,22 @@ class WorkerProcess:
         self.memory: ProcessMemory | None = None  # the worker's memory, opened at its hello
         self.slots: WorkerSlots | None = None  # its device slots (device_slots.py), where a keeper makes them
         self._fds: socket.socket | None = None  # where descriptors of device slots go to the worker
-        cmd_read, self._cmd_write = os.pipe()
-        self._out_read, out_write = os.pipe()
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
         # A container gets no descriptors beyond its attached streams: its slot is a tmpfs file,
         # bind-mounted read-only (input_files.py).
         self.inputs: InputSlot | FileInputSlot | None
+        self.process: Any  # a subprocess.Popen, or a containers.ContainerProcess shaped like one
         self.contained: containment.Group | process_tree.TreeWalk
         self.cgroup_escape = ""  # how the worker could leave its group (isolation.cgroup_escape)
         if backend.name == "docker":
-            self.process, self.inputs = _start_container(backend, role, scratch, device, memory_limit, environment,
-                                                         cmd_read, out_write, self.log_path)
+            if backend.image is None:
+                raise SandboxError("the docker backend has no sandbox image (select_backend sets one)")
+            from kernelopt.sandbox import containers
+
+            self.process, self.inputs = containers.start_worker(
+                backend.image, role, scratch, device, memory_limit, environment, self.log_path,
+                INPUT_SLOT_BYTES, PLACEMENT_WINDOW_BYTES)
+            self._cmd_write, self._out_read = self.process.channel
             # The container's own cgroup, acted on through the kernel's files where this host can
             # write them (a local daemon); else through the daemon (pause, stats).
             adopted = containment.Group.adopt(self.process.pid, "docker", self.process.container.id)
@@ -200,6 +206,8 @@ class WorkerProcess:
                 self.inputs.close()
                 self.inputs = None  # inputs and outputs travel in frames (calls.transport_for)
         else:
+            cmd_read, self._cmd_write = os.pipe()
+            self._out_read, out_write = os.pipe()
             self.inputs = InputSlot(role)
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
             self._fds, fds_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -225,8 +233,8 @@ class WorkerProcess:
             fds_theirs.close()
             if keeper is not None:
                 self.slots = WorkerSlots(keeper, self.inputs.fd, self.inputs.size)
-        os.close(cmd_read)
-        os.close(out_write)
+            os.close(cmd_read)
+            os.close(out_write)
         os.set_blocking(self._cmd_write, False)  # sends wait with a deadline (see send)
         self._reader = wire.FrameReader(self._out_read, max_blob_bytes=max_reply_bytes, room=host_memory_room)
         self._stop_watch = threading.Event()
@@ -297,8 +305,8 @@ class WorkerProcess:
 
     def _blame(self, failure: Exception) -> Exception:
         """What a worker's death or silence (`failure`) is blamed on. A container's worker looks
-        the same from here when the daemon that runs it dies (its attach stream closes, or goes
-        quiet): so the daemon is asked, and where it does not answer, the failure is the
+        the same from here when the daemon that runs it dies (the daemon may take the container
+        down with it, or leave it running unpaused): so the daemon is asked, and where it does not answer, the failure is the
         environment's (DaemonGone), no verdict on the candidate nor an error of the problem."""
         silent = getattr(self.process, "daemon_silent", None)
         reason = silent() if silent is not None else None
@@ -443,7 +451,12 @@ class WorkerProcess:
         freezer; SIGSTOP per process under the tree walk), and wait until they are, so that none
         of its code runs, not even a signal handler, while the host reads what a call left or
         the other worker is timed (a container: paused by its daemon)."""
-        self.contained.freeze()
+        if not self.contained.freeze() and isinstance(self.contained, process_tree.ContainerWalk):
+            # Paused through its daemon: a daemon gone mid-evaluation (the worker's channel does
+            # not pass through it) would leave this side running through the other's turn.
+            failure = self._blame(WorkerDied(f"the {self.role} worker's container could not be paused"))
+            if isinstance(failure, DaemonGone):
+                raise failure
         self.frozen = True
 
     def thaw(self) -> None:
@@ -565,32 +578,6 @@ class InputSlot:
             os.close(self.fd)
         except (OSError, BufferError):
             pass
-
-
-def _start_container(backend: isolation.Backend, role: str, scratch: Path, device: str, memory_limit: int,
-                     environment: dict[str, str], cmd_read: int, out_write: int, log_path: Path):
-    """The worker in a container of the sandbox image (kernelopt/sandbox/containers.py), and
-    its input slot (input_files.py), removed again where the container does not start."""
-    from kernelopt.sandbox import containers
-
-    if backend.image is None:
-        raise SandboxError("the docker backend has no sandbox image (select_backend sets one)")
-    client = containers.connect(backend.image, device)
-    uid, gid = containers.container_user()
-    if os.getuid() == 0:
-        os.chown(scratch, uid, gid)  # the container's unprivileged user writes its scratch
-        os.chown(scratch / "tmp", uid, gid)
-    inputs = FileInputSlot(role, INPUT_SLOT_BYTES, PLACEMENT_WINDOW_BYTES, uid, gid)
-    try:
-        config = containers.container_config(
-            backend.image, containers.worker_command(role), scratch, device,
-            containers.ContainerLimits(memory_bytes=memory_limit), environment,
-            owner=f"{socket.gethostname()}:{os.getpid()}", uid=uid, gid=gid, inputs_path=inputs.path)
-        log_path.write_bytes(b"")
-        return containers.ContainerProcess(client, config, cmd_read, out_write, log_path), inputs
-    except BaseException:
-        inputs.close()
-        raise
 
 
 def _device_environment(device: str) -> dict[str, str]:

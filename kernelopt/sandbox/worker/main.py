@@ -2,6 +2,8 @@
 
 Started by the host inside the sandbox as
     python -E -s -c <boot> --role R --cmd-fd N --out-fd M
+(a pipe each way), or in a container with `--channel-path P` (the host's socket, which the
+worker connects to twice: commands, then replies; sandbox/container_channel.py),
 with `kernelopt/sandbox` on sys.path, so this package imports as `worker` and needs only the
 standard library and torch. A candidate worker hosts one candidate and is then discarded; a
 reference worker may be kept warm across the candidates of one problem and is then re-loaded
@@ -458,30 +460,34 @@ def _map_read_only(path: str) -> mmap.mmap | None:
     return mapped
 
 
-def _channel_off_standard_streams(cmd_fd: int, out_fd: int) -> tuple[int, int]:
-    """In a container the channel is the worker's stdin/stdout (all docker attaches). Move it
-    to fresh descriptors, then give stdin /dev/null and make stdout the log (stderr): nothing
-    the program reads or prints can reach the channel."""
-    if cmd_fd > 2 and out_fd > 2:
-        return cmd_fd, out_fd
-    cmd_fd, out_fd = os.dup(cmd_fd), os.dup(out_fd)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-    return cmd_fd, out_fd
+def _connect_channel(path: str) -> tuple[int, int]:
+    """A container's channel: connect to the host's socket twice, commands first, then
+    replies (kernelopt/sandbox/container_channel.py). Python's sockets are not inherited by
+    anything the worker runs."""
+    ends = []
+    for _ in range(2):
+        end = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        end.connect(path)
+        ends.append(end.detach())
+    return ends[0], ends[1]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="kernelopt-worker")
     parser.add_argument("--role", choices=["reference", "candidate"], required=True)
-    parser.add_argument("--cmd-fd", type=int, required=True)
-    parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--cmd-fd", type=int, default=None)
+    parser.add_argument("--out-fd", type=int, default=None)
+    parser.add_argument("--channel-path", default=None, help="a container's: the host's socket to connect to")
     parser.add_argument("--inputs-fd", type=int, default=None)
     parser.add_argument("--fds-fd", type=int, default=None)
     parser.add_argument("--inputs-path", default=None)
     args = parser.parse_args(argv)
-    cmd_fd, out_fd = _channel_off_standard_streams(args.cmd_fd, args.out_fd)
+    if args.channel_path is not None:
+        cmd_fd, out_fd = _connect_channel(args.channel_path)
+    elif args.cmd_fd is not None and args.out_fd is not None:
+        cmd_fd, out_fd = args.cmd_fd, args.out_fd
+    else:
+        parser.error("give --channel-path, or --cmd-fd and --out-fd")
     import torch  # (import before anything of the candidate's; binds torch's state)
 
     from . import measure  # noqa: F401  (binds the functions it uses before any program code runs)

@@ -17,7 +17,7 @@ import select
 import time
 from collections.abc import Callable, Sequence
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 MAX_HEADER_BYTES = 16 << 20
 ROOM_CHECKED_ABOVE = 1 << 20  # bytes of blobs in one frame before the reader asks for room
 
