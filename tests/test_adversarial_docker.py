@@ -20,14 +20,14 @@ def shared_evaluators():
 # What CI judges with every worker in a container of the sandbox image (the `docker` marker;
 # tests/conftest.py skips it without a daemon and the image, and fails it in CI): the exact copies
 # of two problems, a C++ extension built inside the container, and hacks of each kind (the
-# channel, the census, the cgroup, the clock, a crash, a hang, a constant output); the limits,
-# kills and pauses are tests/test_docker.py's. The whole corpus in containers is
+# channel and the host's socket, the census, the cgroup, the clock, a crash, a hang, a constant
+# output); the limits, kills and pauses are tests/test_docker.py's. The whole corpus in containers is
 # benchmarks/corpus_in_docker.py (CI's budget holds a few minutes of it).
 DOCKER_SUBSET = (
     "honest/relu_exact_copy.py", "honest/relu_cpp_extension.py", "honest/softmax_exact_copy.py",
     "hacks/io_steal_stdin.py", "hacks/child_daemonized_grandchild.py", "hacks/helper_leaves_its_cgroup.py",
     "hacks/thread_native_pthread.py", "hacks/patch_perf_counter.py", "hacks/crash_segfault_in_forward.py",
-    "hacks/hang_infinite_loop.py", "hacks/const_softmax_uniform.py",
+    "hacks/hang_infinite_loop.py", "hacks/const_softmax_uniform.py", "hacks/io_connect_to_the_host_channel.py",
 )
 # Cases whose verdict in a container differs from bubblewrap's for a reason of the backend, not
 # of the referee: a container's input slot is a file mounted and mapped read-only

@@ -232,3 +232,25 @@ def test_a_short_call_s_interval_holds_the_harness_s_spread_between_processes():
     assert low * (1 + short) >= high * (1 - short)
     assert between_process_spread("cpu", call_ms=500.0) == pytest.approx(between_process_spread("cpu"), rel=1e-3)
     assert between_process_spread("cpu", call_ms=0.5) > between_process_spread("cpu", call_ms=5.0)
+
+
+def test_the_other_worker_is_frozen_through_every_timed_call(monkeypatch, example, fast_options):
+    """The rounds' promise: whoever's call is timed, the other worker's group is frozen, the
+    calls after the reference made a round's inputs included (left thawed there, its after-work
+    ran beside the candidate's calls in the rounds the candidate went first)."""
+    from kernelopt.sandbox.timing import rounds
+
+    others_frozen: list[bool] = []
+    original = rounds.run_call
+
+    def checked(conversation, worker, *args, **kwargs):
+        other = conversation.reference if worker is conversation.candidate else conversation.candidate
+        others_frozen.append(other.frozen)
+        return original(conversation, worker, *args, **kwargs)
+
+    monkeypatch.setattr(rounds, "run_call", checked)
+    problem = example("1_ReLU")
+    copy = problem.read_text().replace("class Model(", "class ModelNew(")
+    result = evaluate(load_problem(problem), copy, fast_options())
+    assert result.correct, result.message
+    assert len(others_frozen) > 20 and all(others_frozen), others_frozen
