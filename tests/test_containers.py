@@ -298,3 +298,34 @@ def test_the_daemon_check_tells_an_answer_from_an_error_or_silence():
     started = time.monotonic()
     assert containers.daemon_silent(Pinged(delay=5.0), timeout=0.2) == "no answer to a ping in 0.2 s"
     assert time.monotonic() - started < 2.0, "a hung daemon costs the check's timeout, not the client's"
+
+
+def test_a_living_containers_poll_does_not_ask_the_daemon():
+    """The memory watchdog polls every 50 ms a worker: while the container's init (a process of
+    this host) lives, no inspect goes to the daemon; once it is gone (or its pid is another
+    process's), the daemon says how it ended."""
+    import subprocess
+
+    class Inspected:
+        def __init__(self, status):
+            self.reloads, self.attrs = 0, {"State": {"Status": status, "ExitCode": 137}}
+
+        def reload(self):
+            self.reloads += 1
+
+    living = object.__new__(containers.ContainerProcess)
+    living.pid, living.returncode, living.container = os.getpid(), None, Inspected("running")
+    living._started_at = containers._start_time(os.getpid())
+    assert living._started_at is not None
+    assert [living.poll() for _ in range(100)] == [None] * 100 and living.container.reloads == 0
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = containers._start_time(child.pid)
+    child.wait()
+    ended = object.__new__(containers.ContainerProcess)
+    ended.pid, ended.returncode, ended.container, ended._started_at = child.pid, None, Inspected("exited"), started
+    assert ended.poll() == -9 and ended.container.reloads == 1
+    reused = object.__new__(containers.ContainerProcess)  # the pid now names a process started later
+    reused.pid, reused.returncode, reused.container = os.getpid(), None, Inspected("exited")
+    reused._started_at = living._started_at - 1
+    assert reused.poll() == -9 and reused.container.reloads == 1
