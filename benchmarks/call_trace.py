@@ -43,8 +43,9 @@ def traced(phases: dict) -> list[dict]:
             call = _original(conversation, worker, input_set, *args, **kwargs)
             record = call.record
             calls.append({"phase": _phase, "side": worker.role, "seed": record.seed, "ms": record.ms,
-                          "wall_ms": record.wall_ms, "cpu_ms": record.cpu_ms, "steps_ms": record.steps_ms,
-                          "transport": kwargs.get("transport")})
+                          "wall_ms": record.wall_ms, "cpu_ms": record.cpu_ms, "blocked_ms": record.blocked_ms,
+                          "steps_ms": record.steps_ms, "transport": kwargs.get("transport"),
+                          "pin_cpu": kwargs.get("pin_cpu")})
             return call
 
         module.run_call = wrapper

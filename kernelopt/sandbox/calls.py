@@ -86,6 +86,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     cpu_clock = device == "cpu" and worker.cheap_cpu_clock
     cpu_before = worker.cpu_seconds() if cpu_clock else None
     waited_before = worker.runqueue_wait_ms() if cpu_clock else None
+    host_waited_before = host_runqueue_wait_ms() if cpu_clock else None
     began = time.perf_counter()
     worker.thaw()
     conversation.send(worker, message, [] if placed else [input_set.packed])
@@ -95,6 +96,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     frozen = time.perf_counter()
     cpu_after = worker.cpu_seconds() if cpu_clock else None
     waited_after = worker.runqueue_wait_ms() if cpu_clock else None
+    host_waited_after = host_runqueue_wait_ms() if cpu_clock else None
     parsed = _parse(conversation, worker, reply, input_set.seed)
     end, device_inputs_held = frozen if transport == commands.MEMORY else answered, None
     try:
@@ -113,7 +115,12 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     if cpu_ms is not None and waited_before is not None and waited_after is not None:
         # The window to the answer less the time the worker's thread waited for a core (preemption)
         # and the group's CPU time: what it spent blocked (sleeping, waiting on a pipe or a lock).
-        blocked_ms = max(0.0, (answered - began) * 1e3 - (waited_after - waited_before) - cpu_ms)
+        # Less the time this thread of the host waited for a core in the window too: an answer
+        # the host is slow to read is no time the worker spent blocked (on a busy machine that
+        # latency was most of the "blocked" time of honest calls, and fell unevenly on the sides).
+        host_wait = (host_waited_after - host_waited_before
+                     if host_waited_before is not None and host_waited_after is not None else 0.0)
+        blocked_ms = max(0.0, (answered - began) * 1e3 - (waited_after - waited_before) - cpu_ms - host_wait)
     else:
         cpu_ms = None  # without the blocked time the CPU clock would miss a call that sleeps: the wall decides
     changed = check_inputs and worker.inputs is not None and bool(placed) and \
@@ -126,6 +133,16 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
                         structure=parsed.structure, aliases_input=aliased, inputs_changed=changed,
                         input_bytes=len(input_set.packed), steps_ms={k: v * 1e3 for k, v in steps.items()})
     return Call(record=record, outputs=outputs)
+
+
+def host_runqueue_wait_ms() -> float | None:
+    """How long this thread of the host has waited for a core so far (ms; the kernel's
+    /proc/thread-self/schedstat), or None where the kernel does not say."""
+    try:
+        with open("/proc/thread-self/schedstat") as schedstat:
+            return int(schedstat.read().split()[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _parse(conversation: Conversation, worker: WorkerProcess, reply: dict, seed: int) -> CallReply:
