@@ -100,12 +100,13 @@ def test_call_token_and_cost_budgets_are_honoured(endpoint, capsys, tmp_path, fl
 
 
 def test_a_run_without_a_price_says_its_cost_is_unknown(endpoint, capsys, tmp_path):
-    from kernelopt.cli.text import format_cost, summary_text
+    from kernelopt.agent.store import describe_cost
+    from kernelopt.cli.text import summary_text
 
     with ScriptedLLMServer([Reply(content=NO_CODE, prompt_tokens=1000, completion_tokens=0)]) as server:
         _, summary, _ = optimize(capsys, server, tmp_path / "s.sqlite", "--strategy", "refine", "--budget", "1")
     assert summary["cost"] is None and "cost unknown (no --price for the model)" in summary_text(summary)
-    assert format_cost(0.0) == "$0.0000"  # a price and nothing paid (cached answers): known, and free
+    assert describe_cost(0.0) == "$0.0000"  # a price and nothing paid (cached answers): known, and free
 
 
 def test_wall_time_budget(endpoint, capsys, tmp_path):

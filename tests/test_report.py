@@ -413,7 +413,7 @@ def test_an_agent_run_without_a_price_reports_its_cost_as_unknown_not_free(tmp_p
     code, _, _ = report(capsys, folder)
     assert code == 0
     markdown = (folder / "report.md").read_text()
-    assert "LLM calls 3, cost unknown (no price for the model)." in markdown
+    assert "LLM calls 3, cost unknown (no --price for the model)." in markdown
     assert "| 1 | 1 | ReLU | correct | 2.00x |  |  |  | 3 | unknown | 4 |" in markdown
     summary["cost"] = 0.25
     (folder / "summary.json").write_text(json.dumps(summary))

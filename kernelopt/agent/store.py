@@ -143,6 +143,11 @@ def total_cost(costs: list[float | None]) -> float | None:
     return round(sum(c for c in costs if c is not None), 6)
 
 
+def describe_cost(cost: float | None) -> str:
+    """A cost in US dollars, or why there is none (its model had no price: --price)."""
+    return f"${cost:.4f}" if cost is not None else "cost unknown (no --price for the model)"
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 

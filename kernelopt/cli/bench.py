@@ -33,7 +33,8 @@ from kernelopt.cli.options import (
     run_eval_settings,
 )
 from kernelopt.cli.selection import devices_from, problem_set_from
-from kernelopt.cli.text import format_cost, plural
+from kernelopt.agent.store import describe_cost
+from kernelopt.cli.text import plural
 
 
 def add_command(commands) -> None:
@@ -208,7 +209,7 @@ def render(summary: dict) -> str:
         statuses = ", ".join(f"{n} {status}" for status, n in sorted(summary["statuses"].items()))
         lines.append(f"{plural(summary['n_problems_run'], 'problem')} run by {summary['model']} "
                      f"({summary['strategy']}): {statuses}; {plural(summary['llm_calls'], 'LLM call')}, "
-                     f"{format_cost(summary['cost'])}")
+                     f"{describe_cost(summary['cost'])}")
         lines.append(f"every problem's record: {summary['results']}; runs: kernelopt runs list --store "
                      f"{summary['store']}")
     else:

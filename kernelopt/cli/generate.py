@@ -21,7 +21,8 @@ from kernelopt.cli.options import (
     add_run_eval_options,
     add_samples_options,
 )
-from kernelopt.cli.text import format_cost, plural
+from kernelopt.agent.store import describe_cost
+from kernelopt.cli.text import plural
 
 
 def add_command(commands) -> None:
@@ -86,7 +87,7 @@ def render(summary: dict) -> str:
          f"{plural(1 + summary['turns'], 'turn')} by {summary['model']}"),
         f"{plural(summary['candidates'], 'candidate')} ({summary['scored']} scored): {counts}",
         (f"{summary['problems_with_correct']} of them with a correct candidate; "
-         f"{plural(summary['llm_calls'], 'LLM call')}, {format_cost(summary['cost'])}"),
+         f"{plural(summary['llm_calls'], 'LLM call')}, {describe_cost(summary['cost'])}"),
         (f"one line per problem: {summary['results']}; every candidate: kernelopt runs show RUN_ID --store "
          f"{summary['store']}"),
     ])

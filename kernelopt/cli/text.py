@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from kernelopt.agent.store import describe_cost
+
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
@@ -13,11 +15,6 @@ def plural(count: int, noun: str) -> str:
 def first_line(text: str, limit: int = 120) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line[:limit] + ("..." if len(line) > limit else "")
-
-
-def format_cost(cost: float | None) -> str:
-    """A cost in US dollars, or why there is none (the model had no price)."""
-    return f"${cost:.4f}" if cost is not None else "cost unknown (no --price for the model)"
 
 
 def speedup_with_interval(speedup: float, precision: float | None) -> str:
@@ -42,6 +39,6 @@ def summary_text(summary: dict) -> str:
     tokens = summary["tokens"]["prompt"] + summary["tokens"]["completion"]
     lines.append(f"{summary['llm_calls']} LLM calls ({summary['llm_calls_failed']} failed), "
                  f"{summary['candidates']} candidates, {summary['evaluations']} evaluations, "
-                 f"{tokens} tokens, {format_cost(summary['cost'])}, {summary['wall_s']:.0f} s")
+                 f"{tokens} tokens, {describe_cost(summary['cost'])}, {summary['wall_s']:.0f} s")
     lines.append(f"details: kernelopt runs show {summary['run_id']} --store {summary['store']}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kernelopt.agent.store import describe_cost
 from kernelopt.bench.report.data import AGENT_COLUMNS
 from kernelopt.kernelbench.metrics import DISTRIBUTION_KEYS, FAST_P_THRESHOLDS, fast_p_key
 
@@ -247,7 +248,7 @@ def headline(report: dict) -> str:
               if summary.get(key) is not None]
     if report["mode"] == "agent" and "llm_calls" in summary:
         cost = summary.get("cost")
-        extras.append(f"cost ${cost:.4f}" if cost is not None else "cost unknown (no price for the model)")
+        extras.append(("cost " if cost is not None else "") + describe_cost(cost))
     return text + ("; " + ", ".join(extras) if extras else "") + "."
 
 
