@@ -336,7 +336,11 @@ class WorkerProcess:
                                       self.peak_bytes)
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else -code
-            return WorkerDied(f"{self.role} worker was killed by signal {name}")
+            hint = ""
+            if code == -signal.SIGSEGV and isinstance(self.inputs, FileInputSlot):
+                hint = (" (in a container a call's CPU inputs are mapped read-only, so a program that writes "
+                        "into its inputs in place faults: copy them first, or judge with --sandbox bubblewrap)")
+            return WorkerDied(f"{self.role} worker was killed by signal {name}{hint}")
         return WorkerDied(f"{self.role} worker exited with code {code}")
 
     @property
