@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
@@ -147,33 +146,15 @@ def run_search(run: SearchRun, out_dir: Path,
     return RunOutcome(run_id, summary, pipeline.attempts)
 
 
-# After an interrupt, how long the cleanup may hold up the exit (the command promises to stop
-# within 2 s, and saves the run as interrupted first).
-INTERRUPT_CLEANUP_S = 1.0
-
-
 def _close(pipeline: AttemptPipeline, interrupted: bool) -> None:
     """Stop the pipeline. After an interrupt, a failure to clean up (workers killed under an
-    evaluation in flight) must not replace the interrupt, nor may a cleanup that waits (on a
-    worker being started, an evaluation's thread): it runs in a thread of its own for at most
-    INTERRUPT_CLEANUP_S, and what is left then ends with the process (a sandbox's workers die
-    with it; containers left behind are removed at the next connection). The run is still saved
-    as interrupted, and the command exits at once with its resume line."""
-    if not interrupted:
-        pipeline.close()
-        return
-    cleanup = threading.Thread(target=_close_after_interrupt, args=(pipeline,), name="kernelopt-interrupt-cleanup",
-                               daemon=True)
-    cleanup.start()
-    cleanup.join(INTERRUPT_CLEANUP_S)
-    if cleanup.is_alive():
-        log.warning("cleaning up after the interrupt took over %g s; the exit ends the rest", INTERRUPT_CLEANUP_S)
-
-
-def _close_after_interrupt(pipeline: AttemptPipeline) -> None:
+    evaluation in flight) must not replace the interrupt: the run is still saved as interrupted
+    and the command still exits at once with its resume line."""
     try:
-        pipeline.close(interrupted=True)
-    except Exception as exc:  # noqa: BLE001 - reported, never raised: the interrupt stands
+        pipeline.close(interrupted=interrupted)
+    except Exception as exc:
+        if not interrupted:
+            raise
         log.warning("cleaning up after the interrupt: %s: %s", type(exc).__name__, exc)
 
 
