@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from kernelopt.sandbox import rules
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device_slots import KeeperError, WorkerSlots
-from kernelopt.sandbox.process import SandboxError, WorkerProcess, host_memory_room
+from kernelopt.sandbox.process import SandboxError, WorkerProcess, host_memory_room, runqueue_wait_ms
 from kernelopt.sandbox.process_memory import ProcessMemory, UnreadableMemory
 from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
 from kernelopt.sandbox.worker import commands
@@ -136,13 +136,9 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
 
 
 def host_runqueue_wait_ms() -> float | None:
-    """How long this thread of the host has waited for a core so far (ms; the kernel's
-    /proc/thread-self/schedstat), or None where the kernel does not say."""
-    try:
-        with open("/proc/thread-self/schedstat") as schedstat:
-            return int(schedstat.read().split()[1]) / 1e6
-    except (OSError, ValueError, IndexError):
-        return None
+    """How long this thread of the host has waited for a core so far (ms), or None where the
+    kernel does not say."""
+    return runqueue_wait_ms("/proc/thread-self/schedstat")
 
 
 def _parse(conversation: Conversation, worker: WorkerProcess, reply: dict, seed: int) -> CallReply:

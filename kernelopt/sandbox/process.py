@@ -442,13 +442,7 @@ class WorkerProcess:
         """How long the worker's main thread has waited for a core so far (ms; the kernel's
         /proc/<pid>/schedstat), or None where the kernel does not say."""
         pid = getattr(self, "worker_pid", None)
-        if pid is None:
-            return None
-        try:
-            with open(f"/proc/{pid}/schedstat") as schedstat:
-                return int(schedstat.read().split()[1]) / 1e6
-        except (OSError, ValueError, IndexError):
-            return None
+        return None if pid is None else runqueue_wait_ms(f"/proc/{pid}/schedstat")
 
     def freeze(self) -> None:
         """Stop every thread of every process of this worker's group at once (the kernel's
@@ -582,6 +576,16 @@ class InputSlot:
             os.close(self.fd)
         except (OSError, BufferError):
             pass
+
+
+def runqueue_wait_ms(schedstat_path: str) -> float | None:
+    """How long a thread has waited for a core so far (ms): the second field of its
+    /proc/.../schedstat, or None where the kernel does not say."""
+    try:
+        with open(schedstat_path) as schedstat:
+            return int(schedstat.read().split()[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _device_environment(device: str) -> dict[str, str]:
