@@ -37,6 +37,16 @@ SOFTMAX_FAST = SOFTMAX_PROGRAM.format(body="        return torch.softmax(x, dim=
 KERNELOPT = str(Path(sys.executable).parent / "kernelopt")
 
 
+def as_terminal_job(command: list[str]) -> list[str]:
+    """`command` started as a terminal's foreground job is, with SIGINT's default action. A
+    shell without job control starts its background jobs with SIGINT ignored, and the ignoring is
+    inherited across exec: a test suite run that way (`bash .ci/run &`, nohup) would otherwise
+    send a Ctrl-C that the command, rightly, never sees."""
+    restore = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               "os.execv(sys.argv[1], sys.argv[1:])")
+    return [sys.executable, "-c", restore, *command]
+
+
 def optimize_environment() -> dict:
     """The environment of a `kernelopt optimize` subprocess against the loopback LLM server."""
     env = dict(os.environ, OPENAI_API_KEY="test-key")

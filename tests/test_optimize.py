@@ -339,7 +339,7 @@ def test_ctrl_c_stops_within_two_seconds_and_prints_the_resume_command(endpoint,
     import subprocess
     import time
 
-    from conftest import KERNELOPT, optimize_environment
+    from conftest import KERNELOPT, as_terminal_job, optimize_environment
 
     release = threading.Event()
 
@@ -354,7 +354,7 @@ def test_ctrl_c_stops_within_two_seconds_and_prints_the_resume_command(endpoint,
         command = [KERNELOPT, "optimize", str(PROBLEM), "--model", "test-model", "--base-url", server.url,
                    "--store", str(store), "--json", "--strategy", "best-of-n", "--budget", "2",
                    "--device", "cpu", "--timing-budget", "30", "--correctness-trials", "2"]
-        process = subprocess.Popen(command, env=optimize_environment(), stdout=subprocess.PIPE,
+        process = subprocess.Popen(as_terminal_job(command), env=optimize_environment(), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while len(server.requests) < 2 and time.monotonic() < deadline and process.poll() is None:
