@@ -277,32 +277,55 @@ def test_an_answer_the_host_reads_late_is_not_time_the_worker_spent_blocked(monk
     long after the worker gave it. That latency is the host's (its own wait for a core), not
     time the honest call spent blocked, and must not be charged as such (it was: about 1 ms a
     call, unevenly on the two sides, and an exact copy read 0.34x-0.6x with one core busy)."""
+    copy = example("1_ReLU").read_text().replace("class Model(", "class ModelNew(")
+    result, blocked = _judged_beside_the_hosts_spinner(monkeypatch, example, fast_options, copy)
+    assert result.correct, result.message
+    assert len(blocked["candidate"]) > 10 and len(blocked["reference"]) > 10, blocked
+    assert statistics.median(blocked["candidate"] + blocked["reference"]) < 0.1, blocked
+
+
+def test_the_hosts_own_wait_hides_no_time_a_call_sleeps(monkeypatch, example, fast_options):
+    """The adversary of the subtraction above: the host's wait for a core is left out of the
+    blocked time, so a call that sleeps must not hide its sleep in it. With the host's thread
+    beside a spinner (its wait at its largest), a copy that sleeps 3 ms a call is still held to
+    it: the host's thread is not runnable while it waits for the answer, so only its own late
+    reading is left out, never the call's time."""
+    copy = example("1_ReLU").read_text().replace("class Model(", "class ModelNew(").replace(
+        "import torch\n", "import time\n\nimport torch\n", 1).replace(
+        "        return torch.relu(x)", "        time.sleep(0.003)\n        return torch.relu(x)")
+    assert "time.sleep" in copy
+    result, blocked = _judged_beside_the_hosts_spinner(monkeypatch, example, fast_options, copy)
+    assert result.correct, result.message
+    assert len(blocked["candidate"]) > 10 and statistics.median(blocked["candidate"]) > 2.5, blocked
+    assert result.candidate_ms > result.reference_ms + 2.5, (result.candidate_ms, result.reference_ms)
+
+
+def _judged_beside_the_hosts_spinner(monkeypatch, example, fast_options, code: str):
+    """`code` judged on 1_ReLU with this thread (the host's, which runs the calls) pinned beside
+    a spinning process: the verdict, and each side's calls' blocked times."""
     import subprocess
     import sys
 
     from kernelopt.sandbox.timing import rounds
 
     core = sorted(os.sched_getaffinity(0))[0]
-    blocked: list[float] = []
+    blocked: dict[str, list[float]] = {"candidate": [], "reference": []}
     original = rounds.run_call
 
-    def recorded(*args, **kwargs):
-        call = original(*args, **kwargs)
+    def recorded(conversation, worker, *args, **kwargs):
+        call = original(conversation, worker, *args, **kwargs)
         if call.record.blocked_ms is not None:
-            blocked.append(call.record.blocked_ms)
+            blocked["candidate" if worker is conversation.candidate else "reference"].append(call.record.blocked_ms)
         return call
 
     monkeypatch.setattr(rounds, "run_call", recorded)
     spinner = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{core}}})\nwhile True: pass"])
     before = os.sched_getaffinity(0)
     try:
-        os.sched_setaffinity(0, {core})  # this thread: the host's, which runs the calls
-        problem = example("1_ReLU")
-        copy = problem.read_text().replace("class Model(", "class ModelNew(")
-        result = evaluate(load_problem(problem), copy, fast_options(pin_timing="on"))
+        os.sched_setaffinity(0, {core})
+        result = evaluate(load_problem(example("1_ReLU")), code, fast_options(pin_timing="on"))
     finally:
         os.sched_setaffinity(0, before)
         spinner.kill()
         spinner.wait()
-    assert result.correct, result.message
-    assert len(blocked) > 20 and statistics.median(blocked) < 0.1, sorted(blocked)
+    return result, blocked
