@@ -16,7 +16,7 @@ from conftest import REPO
 from fake_docker import FakeDaemon
 
 from kernelopt.kernelbench import load_problem
-from kernelopt.sandbox import containers, evaluate, isolation
+from kernelopt.sandbox import containers, evaluate, isolation, process_tree
 from kernelopt.sandbox.process import DaemonGone, SandboxError
 from kernelopt.sandbox.worker import wire
 
@@ -315,12 +315,12 @@ def test_a_living_containers_poll_does_not_ask_the_daemon():
 
     living = object.__new__(containers.ContainerProcess)
     living.pid, living.returncode, living.container = os.getpid(), None, Inspected("running")
-    living._started_at = containers._start_time(os.getpid())
+    living._started_at = process_tree.start_time(os.getpid())
     assert living._started_at is not None
     assert [living.poll() for _ in range(100)] == [None] * 100 and living.container.reloads == 0
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    started = containers._start_time(child.pid)
+    started = process_tree.start_time(child.pid)
     child.wait()
     ended = object.__new__(containers.ContainerProcess)
     ended.pid, ended.returncode, ended.container, ended._started_at = child.pid, None, Inspected("exited"), started

@@ -25,6 +25,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from kernelopt.sandbox import process_tree
+
 CONTAINER_DIRECTORY = "/kernelopt-channel"
 SOCKET_NAME = "worker.sock"
 CONTAINER_SOCKET = f"{CONTAINER_DIRECTORY}/{SOCKET_NAME}"
@@ -108,16 +110,4 @@ def _peer_pid(connection: socket.socket) -> int:
 def _from_container(pid: int, init_pid: int) -> bool:
     """The worker is the child of the container's init (docker's `--init`), or the init itself
     where a container runs without one."""
-    return pid == init_pid or _parent_pid(pid) == init_pid
-
-
-def _parent_pid(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                if line.startswith("PPid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return None
-
+    return pid == init_pid or process_tree.parent_pid(pid) == init_pid

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelopt.sandbox import container_channel, input_files
+from kernelopt.sandbox import container_channel, input_files, process_tree
 from kernelopt.sandbox.container_channel import ChannelListener, ChannelNotConnected
 from kernelopt.sandbox.input_files import CONTAINER_PATH as CONTAINER_INPUTS
 from kernelopt.sandbox.input_files import FileInputSlot
@@ -269,7 +269,7 @@ class ContainerProcess:
             self.container.start()
             self.container.reload()
             self.pid = int(self.container.attrs["State"]["Pid"])
-            self._started_at = _start_time(self.pid)
+            self._started_at = process_tree.start_time(self.pid)
         except Exception:
             self.container.remove(force=True)
             raise
@@ -306,7 +306,7 @@ class ContainerProcess:
         worker): a local daemon's container init is this host's process, so while it lives the
         daemon is not asked (an inspect is an HTTP round trip, and its answer parsed under the
         GIL, while the other thread times a call by the wall clock)."""
-        if self.returncode is None and self._started_at is not None and _start_time(self.pid) == self._started_at:
+        if self.returncode is None and self._started_at is not None and process_tree.start_time(self.pid) == self._started_at:
             return None
         if self.returncode is None:
             try:
@@ -345,18 +345,6 @@ class ContainerProcess:
             pass
         if self.returncode is None:
             self.returncode = -9
-
-
-def _start_time(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot: /proc/PID/stat's 22nd field), so a
-    reused pid is not taken for the container's init; None where this host has no such process
-    (a remote daemon's)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        return None if fields[0] == b"Z" else int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _as_signal_code(exit_code: int) -> int:

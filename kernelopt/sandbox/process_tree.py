@@ -151,13 +151,9 @@ def _descendants_by_scan(root: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read().decode(errors="replace")
-            ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
+        ppid = parent_pid(int(entry))
+        if ppid is not None:
+            parents.setdefault(ppid, []).append(int(entry))
     found, stack = [], [root]
     while stack:
         for child in parents.get(stack.pop(), []):
@@ -175,13 +171,34 @@ def leaf_of_chain(pid: int) -> int:
         pid = kids[0]
 
 
-def is_zombie(pid: int) -> bool:
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses):
+    [0] the state, [1] the parent's pid, [19] the start time in clock ticks since boot; None
+    where this host has no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read().decode(errors="replace")
-        return stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True  # gone
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields if len(fields) > 19 else None
+
+
+def parent_pid(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields is not None else None
+
+
+def start_time(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot): with its pid, a process's identity that a
+    reused pid does not take over. None for a zombie or where there is no such process."""
+    fields = stat_fields(pid)
+    return int(fields[19]) if fields is not None and fields[0] not in ("Z", "X") else None
+
+
+def is_zombie(pid: int) -> bool:
+    fields = stat_fields(pid)
+    return fields is None or fields[0] in ("Z", "X")  # (gone counts as dead too)
 
 
 def resident_bytes(pid: int) -> int:

@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kernelopt.sandbox import process_tree
+
 ROOT_PREFIX = "kernelopt-eval-"
 OWNER_FILE = "owner"
 
@@ -60,11 +62,6 @@ def _owner_is_gone(root: Path) -> bool:
 
 
 def _owner_token(pid: int) -> str | None:
-    """'pid:start time in clock ticks since boot' (from /proc), or None when no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: count fields after its end.
-    fields = stat[stat.rfind(")") + 2:].split()
-    return f"{pid}:{fields[19]}" if len(fields) > 19 else None
+    """'pid:start time in clock ticks since boot', or None when no such process is alive."""
+    started = process_tree.start_time(pid)
+    return f"{pid}:{started}" if started is not None else None
