@@ -99,18 +99,119 @@ def test_the_keeper_places_inputs_takes_outputs_and_sees_inputs_written(keeper):
     worker_outputs.tensor()[:100] = 5
     worker_outputs.tensor()[512:562] = 9
     before = time.perf_counter()
-    taken_at, held = slots.take([(0, 100), (512, 50)], (at, len(packed)))
-    assert before < taken_at < time.perf_counter()  # the host's own clock: where the window ends
-    assert held is True
+    taken = slots.take([(0, 100), (512, 50)], (at, len(packed)))
+    assert before < taken.at < time.perf_counter()  # the host's own clock: where the window ends
+    assert taken.inputs_held is True and taken.comparison is None
     assert bytes(slots.output_bytes(150)) == bytes([5] * 100 + [9] * 50)
 
     worker_inputs.tensor()[at + 7] += 1  # a call that wrote into its inputs
-    assert slots.take([(0, 100)], (at, len(packed)))[1] is False
-    assert slots.take([(0, 100)], None)[1] is None
+    assert slots.take([(0, 100)], (at, len(packed))).inputs_held is False
+    assert slots.take([(0, 100)], None).inputs_held is None
     for mapping in (worker_inputs, worker_outputs):
         mapping.close()
     slots.close()
     host_inputs.close()
+
+
+class _SlottedWorker:
+    """A worker's side of its slots, played by the test: outputs written straight into its
+    device output slot, then taken by the keeper as a call's would be."""
+
+    def __init__(self, keeper):
+        self.host_inputs = InputSlot("reference", size=1 << 20)
+        self.slots = device_slots.WorkerSlots(keeper, self.host_inputs.fd, self.host_inputs.size)
+        self.slots.outputs_wanted = 1 << 16
+        _, fds = self.slots.remake(4096)
+        self.mapped = [device_memory.open_slot(device_memory.HOST, fd, size)
+                       for fd, size in zip(fds, (self.slots.inputs_size, self.slots.outputs_size))]
+
+    def answer(self, outputs: list[torch.Tensor]):
+        """Each output at a 4 KiB boundary of the output slot: (spans, layouts)."""
+        spans, layouts = [], []
+        for index, output in enumerate(outputs):
+            raw = output.contiguous().view(-1).view(torch.uint8)
+            self.mapped[1].tensor()[index * 4096:index * 4096 + raw.numel()] = raw
+            spans.append((index * 4096, raw.numel()))
+            layouts.append((list(output.shape), str(output.dtype)))
+        return spans, tuple(layouts)
+
+    def close(self):
+        for mapping in self.mapped:
+            mapping.close()
+        self.slots.close()
+        self.host_inputs.close()
+
+
+def _outputs_pair(case: str):
+    """(candidate outputs, reference outputs) of one kind of comparison."""
+    generator = torch.Generator().manual_seed(5)
+    ref = [torch.randn(300, generator=generator), torch.arange(7, dtype=torch.int64),
+           torch.randn(2, 5, generator=generator).to(torch.float16)]
+    cand = [t.clone() for t in ref]
+    if case == "within tolerance":
+        cand[0] += 1e-4
+    elif case == "outside tolerance":
+        cand[0][17] += 1.0
+    elif case == "NaN where the reference has none":
+        cand[0][3] = float("nan")
+    elif case == "exact dtype differs":
+        cand[1][2] += 1
+    elif case == "shape differs":
+        cand[2] = cand[2].reshape(5, 2)
+    elif case == "an output missing":
+        cand = cand[:2]
+    return cand, ref
+
+
+@pytest.mark.parametrize("case", ["equal", "within tolerance", "outside tolerance", "NaN where the reference has none",
+                                  "exact dtype differs", "shape differs", "an output missing"])
+@pytest.mark.parametrize("kept_side", ["reference", "candidate"])
+def test_the_keeper_compares_kept_outputs_as_the_host_would(keeper, case, kept_side):
+    """The timed rounds' comparison on the device: one side's outputs kept by the keeper, the
+    other side's compared with them there, neither sent to the host; the verdict's numbers are
+    exactly the host's own comparison of the same tensors (the same code: sandbox/compare.py)."""
+    from dataclasses import asdict
+
+    from kernelopt.sandbox.compare import Tolerances, compare_outputs
+
+    cand, ref = _outputs_pair(case)
+    options = EvalOptions()
+    first, second = _SlottedWorker(keeper), _SlottedWorker(keeper)
+    try:
+        kept, taken = (ref, cand) if kept_side == "reference" else (cand, ref)
+        spans, kept_layouts = first.answer(kept)
+        sentinel = bytes([0xAB]) * 64
+        first.slots.host_outputs.map[:64] = sentinel
+        assert first.slots.take(spans, None, device_slots.OnDevice(keep="0")).comparison is None
+        assert bytes(first.slots.host_outputs.map[:64]) == sentinel  # nothing sent to the host
+        spans, layouts = second.answer(taken)
+        compared = second.slots.take(spans, None, device_slots.OnDevice(
+            compare_with="0", kept_side=kept_side, kept_layouts=kept_layouts, layouts=layouts,
+            tolerances=Tolerances.of(options).to_json()))
+        assert compared.comparison == asdict(compare_outputs(cand, ref, options))
+        assert compared.comparison["passed"] == (case in ("equal", "within tolerance"))
+    finally:
+        first.close()
+        second.close()
+
+
+def test_kept_outputs_reach_the_host_when_they_cannot_be_compared_on_the_device(keeper):
+    """The other side's outputs came in its answer (they did not fit its slot): the kept ones
+    are brought to the host after all, as they were; a new round forgets what was kept."""
+    worker = _SlottedWorker(keeper)
+    try:
+        outputs = [torch.randn(33), torch.arange(5, dtype=torch.int32)]
+        spans, _ = worker.answer(outputs)
+        worker.slots.take(spans, None, device_slots.OnDevice(keep="3"))
+        size = sum(t.numel() * t.element_size() for t in outputs)
+        worker.slots.give("3", size)
+        back = bytes(worker.slots.output_bytes(size))
+        assert back == b"".join(bytes(t.view(torch.uint8).numpy()) for t in outputs)
+        keeper.forget()
+        with pytest.raises(device_slots.KeeperError, match="give failed"):
+            worker.slots.give("3", size)
+    finally:
+        worker.close()
 
 
 def test_a_failing_keeper_step_is_an_error_of_the_keeper_not_a_hang(keeper):
@@ -123,11 +224,48 @@ def _judge(source: str, **options):
 
 
 def test_an_exact_copy_is_judged_through_the_slots(monkeypatch):
+    """Through the slots, and its timed outputs compared by the keeper, none of them brought to
+    the host (the host's own comparison is never asked for in a timed round)."""
+    from kernelopt.sandbox.timing import rounds
+
     monkeypatch.setenv(device_slots.MODE_VARIABLE, "host")
+    rounds_compared, on_host_in_rounds, inside = [], [], []
+    compare_outputs, compare_round = rounds.compare.compare_outputs, rounds.compare_round
+
+    def counted_outputs(*args, **kwargs):
+        if inside:
+            on_host_in_rounds.append(1)
+        return compare_outputs(*args, **kwargs)
+
+    def counted_round(timer, cand, ref):
+        inside.append(1)
+        try:
+            return compare_round(timer, cand, ref)
+        finally:
+            inside.clear()
+            rounds_compared.append(len(cand))
+
+    monkeypatch.setattr(rounds.compare, "compare_outputs", counted_outputs)
+    monkeypatch.setattr(rounds, "compare_round", counted_round)
     result = _judge(EXACT_RELU)
     assert result.status == "correct", result.message
     assert "device slots" in result.timing.method
+    assert "compared with the reference's by the keeper, on the device" in result.timing.method
     assert 0.5 < result.speedup < 2.0
+    # Only the calls the every-element check keeps (a reservoir sample) come to the host.
+    assert len(rounds_compared) >= 3 and 0 < len(on_host_in_rounds) < sum(rounds_compared) / 2, \
+        (rounds_compared, len(on_host_in_rounds))
+    on_host_in_rounds.clear()
+    assert _judge(EXACT_RELU, element_checks=0).status == "correct" and not on_host_in_rounds
+
+
+def test_a_constant_after_the_trials_is_caught_by_the_keepers_comparison(monkeypatch):
+    """Family 3 of round four (what is checked is not what was timed) with the timed outputs
+    compared on the device: the keeper's comparison fails it as the host's did."""
+    monkeypatch.setenv(device_slots.MODE_VARIABLE, "host")
+    result = _judge((HACKS / "constant_after_the_trials.py").read_text())
+    assert result.status == "incorrect", result.message
+    assert "timed_output_mismatch" in result.rules, (result.rules, result.message)
 
 
 def test_without_slots_the_method_says_how_outputs_travelled(monkeypatch):
@@ -246,4 +384,57 @@ def test_on_a_gpu_an_exact_copy_goes_through_the_slots_and_reads_one():
     result = evaluate(load_problem(RELU), EXACT_RELU, EvalOptions(device="cuda", timing_budget=2.0))
     assert result.status == "correct", result.message
     assert "device slots" in result.timing.method
+    assert "compared with the reference's by the keeper, on the device" in result.timing.method
     assert 0.8 < result.speedup < 1.25
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_keeper_compares_cuda_outputs_as_the_host_would():
+    """The keeper's comparison with CUDA memory: the same numbers as the host's comparison of
+    the same tensors on the CPU (whole outputs a step on the device, 16K elements on the CPU)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from dataclasses import asdict
+
+    from kernelopt.sandbox.compare import Tolerances, compare_outputs
+
+    keeper = device_slots.Keeper(device_memory.CUDA, "cuda:0")
+    try:
+        for case in ("equal", "within tolerance", "outside tolerance", "NaN where the reference has none"):
+            cand, ref = _outputs_pair(case)
+            worker_ref, worker_cand = _CudaSlottedWorker(keeper), _CudaSlottedWorker(keeper)
+            try:
+                spans, ref_layouts = worker_ref.answer(ref)
+                worker_ref.slots.take(spans, None, device_slots.OnDevice(keep="0"))
+                spans, layouts = worker_cand.answer(cand)
+                compared = worker_cand.slots.take(spans, None, device_slots.OnDevice(
+                    compare_with="0", kept_side="reference", kept_layouts=ref_layouts, layouts=layouts,
+                    tolerances=Tolerances.of(EvalOptions()).to_json()))
+                expected = asdict(compare_outputs(cand, ref, EvalOptions()))
+                assert compared.comparison is not None
+                assert compared.comparison["passed"] == expected["passed"], case
+                for key in ("max_abs_error", "max_rel_error", "rel_l2_error", "mismatch_fraction"):
+                    assert compared.comparison[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-12), (case, key)
+            finally:
+                worker_ref.close()
+                worker_cand.close()
+    finally:
+        keeper.close()
+
+
+class _CudaSlottedWorker(_SlottedWorker):
+    """_SlottedWorker over CUDA slots (mapped in this process, as a worker maps its own)."""
+
+    def __init__(self, keeper):
+        torch.cuda.init()
+        self.host_inputs = InputSlot("reference", size=1 << 20)
+        self.slots = device_slots.WorkerSlots(keeper, self.host_inputs.fd, self.host_inputs.size)
+        self.slots.outputs_wanted = 1 << 16
+        _, fds = self.slots.remake(4096)
+        self.mapped = [device_memory.open_slot(device_memory.CUDA, fd, size)
+                       for fd, size in zip(fds, (self.slots.inputs_size, self.slots.outputs_size))]
+
+    def answer(self, outputs: list[torch.Tensor]):
+        placed = super().answer([t.cuda() for t in outputs])
+        torch.cuda.synchronize()  # written before the keeper copies (a worker syncs before it answers)
+        return placed

@@ -28,6 +28,8 @@ the host reads them from memory.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import os
 import time
@@ -38,7 +40,8 @@ from pydantic import ValidationError
 
 from kernelopt.sandbox import rules
 from kernelopt.sandbox.conversation import Conversation
-from kernelopt.sandbox.device_slots import KeeperError, WorkerSlots
+from kernelopt.sandbox.compare import Comparison
+from kernelopt.sandbox.device_slots import KeeperError, OnDevice, WorkerSlots
 from kernelopt.sandbox.process import SandboxError, WorkerProcess, host_memory_room, runqueue_wait_ms
 from kernelopt.sandbox.process_memory import ProcessMemory, UnreadableMemory
 from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
@@ -53,10 +56,15 @@ class OutputsUnreadable(ValueError):
 
 @dataclass
 class Call:
-    """One call as the host took it: its record and its outputs (host-owned CPU tensors)."""
+    """One call as the host took it: its record and its outputs (host-owned CPU tensors). In
+    the timed rounds with device slots the outputs may stay with the keeper instead (then
+    `outputs` is empty): kept there under the key `kept`, or already compared there with the
+    other side's (`comparison`, the same Comparison the host's code gives)."""
 
     record: CallRecord
     outputs: list[torch.Tensor]
+    kept: str | None = None
+    comparison: Comparison | None = None
 
 
 def transport_for(workers: list[WorkerProcess], device: str) -> str:
@@ -72,11 +80,14 @@ def transport_for(workers: list[WorkerProcess], device: str) -> str:
 
 
 def run_call(conversation: Conversation, worker: WorkerProcess, input_set: InputSet, *, transport: str,
-             at: int = 0, pin_cpu: int | None = None, device: str = "cpu", check_inputs: bool = False) -> Call:
+             at: int = 0, pin_cpu: int | None = None, device: str = "cpu", check_inputs: bool = False,
+             on_device: OnDevice | None = None) -> Call:
     """One call's window in `worker` (module docstring). A failure the worker reports, its
     death or its silence becomes the candidate's verdict (the problem's, for the reference).
     With `check_inputs`, whether the call wrote into its inputs (the input slot, compared by the
-    host with what it placed there; the trials' input-mutation rule)."""
+    host with what it placed there; the trials' input-mutation rule). With `on_device` (device
+    slots only), what the keeper does with the outputs instead of sending them here, where the
+    answer put them in the slot (Call)."""
     if not worker.frozen:
         worker.freeze()  # every window starts from a frozen group: both sides wake the same way
     slots = worker.slots if transport == commands.DEVICE else None
@@ -98,12 +109,16 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     waited_after = worker.runqueue_wait_ms() if cpu_clock else None
     host_waited_after = host_runqueue_wait_ms() if cpu_clock else None
     parsed = _parse(conversation, worker, reply, input_set.seed)
-    end, device_inputs_held = frozen if transport == commands.MEMORY else answered, None
+    end, device_inputs_held, comparison = frozen if transport == commands.MEMORY else answered, None, None
+    # Outputs stay with the keeper only where the answer put them in the device slot.
+    step = (dataclasses.replace(on_device, layouts=tuple((list(m[0]), m[1]) for m in parsed.meta))
+            if on_device is not None and slots is not None and parsed.slot_spans is not None else None)
+    stays, kept = step is not None, step.keep if step is not None else None
     try:
         if slots is not None:
             check = (at, len(input_set.packed)) if check_inputs and placed else None
-            end, device_inputs_held = _take_from_slots(slots, parsed, blobs, check, end)
-        outputs, aliased = take_outputs(worker, parsed, blobs, transport)
+            end, device_inputs_held, comparison = _take_from_slots(slots, parsed, blobs, check, end, step)
+        outputs, aliased = ([], parsed.aliases_input) if stays else take_outputs(worker, parsed, blobs, transport)
     except OutputsUnreadable as exc:
         if worker is conversation.reference:
             conversation.protocol_error(worker, f"readable outputs ({exc})")
@@ -132,7 +147,8 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
                         cpu_ms=cpu_ms, blocked_ms=blocked_ms, meta=[(list(m[0]), m[1], m[2]) for m in parsed.meta],
                         structure=parsed.structure, aliases_input=aliased, inputs_changed=changed,
                         input_bytes=len(input_set.packed), steps_ms={k: v * 1e3 for k, v in steps.items()})
-    return Call(record=record, outputs=outputs)
+    return Call(record=record, outputs=outputs, kept=kept,
+                comparison=Comparison(**comparison) if comparison is not None else None)
 
 
 def host_runqueue_wait_ms() -> float | None:
@@ -189,23 +205,38 @@ def _place(conversation: Conversation, worker: WorkerProcess, slots: WorkerSlots
         _remake_slots(conversation, worker, slots, at + size)
     placed = worker.place_inputs(input_set.packed, at)
     if slots is not None and placed:
-        _keeper(lambda: slots.place(at, size))
+        keeper_step(lambda: slots.place(at, size))
     return placed
 
 
 def _take_from_slots(slots: WorkerSlots, reply: CallReply, blobs: list[bytes], check_inputs: tuple[int, int] | None,
-                     answered: float) -> tuple[float, bool | None]:
+                     answered: float, on_device: OnDevice | None) -> tuple[float, bool | None, dict | None]:
     """With the worker frozen, the keeper copies the outputs its answer locates in the device
     output slot out: the window ends when it has them (any work the worker left running on the
     device is then either done or wrong in them). Outputs that did not fit came as blobs (the
     window ends at the answer) and size the next call's slot. Also whether the device input slot
-    still held the inputs, when asked (None otherwise)."""
+    still held the inputs, when asked (None otherwise), and the keeper's comparison where
+    `on_device` asked for one."""
     if reply.slot_spans is None:
         # Sized by the bytes that came (the host holds them), not by what the answer claims.
         slots.outputs_wanted = max(slots.outputs_wanted, sum(len(blob) for blob in blobs) + 256 * len(blobs))
-        return answered, None
+        return answered, None, None
     _check_slot_spans(reply, slots.outputs_size)
-    return _keeper(lambda: slots.take(reply.slot_spans or [], check_inputs))
+    taken = keeper_step(lambda: slots.take(reply.slot_spans or [], check_inputs, on_device))
+    return taken.at, taken.inputs_held, taken.comparison
+
+
+def kept_outputs(worker: WorkerProcess, call: Call) -> list[torch.Tensor]:
+    """The outputs of `call` (one of `worker`'s) that the keeper kept, brought to the host after
+    all: the other side's call on the same inputs could not be compared on the device."""
+    slots = worker.slots
+    if slots is None or call.kept is None:
+        raise ValueError("no outputs of this call are kept")
+    layouts = [_layout(meta) for meta in call.record.meta]
+    sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in layouts]
+    keeper_step(lambda: slots.give(call.kept or "", sum(sizes)))
+    offsets = list(itertools.accumulate([0, *sizes[:-1]]))
+    return _from_slot(slots, layouts, list(zip(offsets, sizes)))
 
 
 def _check_slot_spans(reply: CallReply, slot_size: int) -> None:
@@ -254,7 +285,7 @@ def _remake_slots(conversation: Conversation, worker: WorkerProcess, slots: Work
     worker.freeze()
 
 
-def _keeper(step):
+def keeper_step(step):
     """A step of the keeper's. Everything it is asked is checked first, so its failure is the
     referee's own machinery failing, never a candidate's verdict."""
     try:

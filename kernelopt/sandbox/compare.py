@@ -10,8 +10,9 @@ Two levels:
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import functools
+import io
 import math
 from dataclasses import dataclass
 
@@ -27,6 +28,9 @@ REDUCED_PRECISION_REL_L2 = 1e-4
 # operations on two threads waited for the second thread whenever the host's other work (a
 # worker starting, a compile) held a core: 1M elements took 200-400 ms instead of 60 ms.
 _STEP = 1 << 14
+# On a device (the keeper's comparison of timed outputs, worker/keeper.py) each step costs a few
+# kernel launches and a wait for their sums: whole outputs of up to this many elements at once.
+_DEVICE_STEP = 1 << 24
 # The fast path's limits: values up to this magnitude square without overflow in float32, and
 # working-precision rounding of |out - ref| and of the tolerance is far below this fraction.
 _FAST_PATH_LIMIT = 1e15
@@ -48,6 +52,26 @@ def load_tensors(blob: bytes) -> list[torch.Tensor]:
     return value
 
 
+@dataclass(frozen=True)
+class Tolerances:
+    """What a comparison needs of the evaluation's settings; plain numbers, so that the keeper,
+    which compares timed outputs on the device, is told them in a frame (`of` / `to_json`)."""
+
+    atol: float
+    rtol: float
+    max_rel_error: float
+
+    @classmethod
+    def of(cls, options: EvalOptions) -> Tolerances:
+        return cls(options.atol, options.rtol, options.effective_max_rel_error())
+
+    def effective_max_rel_error(self) -> float:
+        return self.max_rel_error
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 @dataclass
 class Comparison:
     passed: bool
@@ -60,7 +84,7 @@ class Comparison:
 
 
 def compare_outputs(candidate: list[torch.Tensor], reference: list[torch.Tensor],
-                    options: EvalOptions) -> Comparison:
+                    options: EvalOptions | Tolerances) -> Comparison:
     if len(candidate) != len(reference):
         return Comparison(False, f"returned {len(candidate)} tensor(s), expected {len(reference)}")
     worst = Comparison(True, "")
@@ -74,7 +98,7 @@ def compare_outputs(candidate: list[torch.Tensor], reference: list[torch.Tensor]
     return worst
 
 
-def compare_tensor(out: torch.Tensor, ref: torch.Tensor, options: EvalOptions) -> Comparison:
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, options: EvalOptions | Tolerances) -> Comparison:
     if out.shape != ref.shape:
         return Comparison(False, f"shape {tuple(out.shape)} != expected {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
@@ -122,21 +146,22 @@ class _ErrorSums:
     diff_squares: float = 0.0
 
 
-def _error_sums(out: torch.Tensor, ref: torch.Tensor, options: EvalOptions) -> _ErrorSums:
+def _error_sums(out: torch.Tensor, ref: torch.Tensor, options: EvalOptions | Tolerances) -> _ErrorSums:
     o_all, r_all = _flat(out), _flat(ref)
     sums = _ErrorSums(count=r_all.numel())
     # float32 arithmetic (float64 for float64 outputs) with float64 sums: a fifth of the time of
     # doing every step in float64, which took a minute per trial on KernelBench's larger outputs.
     work = torch.float64 if r_all.dtype == torch.float64 else torch.float32
-    for start in range(0, sums.count, _STEP):
-        o = o_all[start:start + _STEP].to(work)
-        r = r_all[start:start + _STEP].to(work)
+    step = _STEP if r_all.device.type == "cpu" else _DEVICE_STEP
+    for start in range(0, sums.count, step):
+        o = o_all[start:start + step].to(work)
+        r = r_all[start:start + step].to(work)
         if not _add_finite_step(sums, o, r, options):
             _add_exact_step(sums, o.to(torch.float64), r.to(torch.float64), options)
     return sums
 
 
-def _add_finite_step(sums: _ErrorSums, o: torch.Tensor, r: torch.Tensor, options: EvalOptions) -> bool:
+def _add_finite_step(sums: _ErrorSums, o: torch.Tensor, r: torch.Tensor, options: EvalOptions | Tolerances) -> bool:
     """The common case, every value finite and of ordinary magnitude, in the working precision.
     Returns False (having added nothing) when the step needs the exact path."""
     diff = (o - r).abs_()
@@ -159,7 +184,7 @@ def _add_finite_step(sums: _ErrorSums, o: torch.Tensor, r: torch.Tensor, options
     return True
 
 
-def _add_exact_step(sums: _ErrorSums, o: torch.Tensor, r: torch.Tensor, options: EvalOptions) -> None:
+def _add_exact_step(sums: _ErrorSums, o: torch.Tensor, r: torch.Tensor, options: EvalOptions | Tolerances) -> None:
     """Any step, in float64, with NaN and infinities handled as isclose(equal_nan=True) does."""
     sums.nan_mismatches += int((torch.isnan(o) != torch.isnan(r)).sum())
     close = torch.isclose(o, r, rtol=options.rtol, atol=options.atol, equal_nan=True)

@@ -28,13 +28,16 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelopt.sandbox.worker import commands, device_memory, wire
 
 MODE_VARIABLE = "KERNELOPT_DEVICE_SLOTS"
 _SANDBOX_DIR = Path(__file__).resolve().parent
-_BOOT = "import sys; sys.path.insert(0, {path!r}); from worker.keeper import main; main(sys.argv[1:])"
+# The keeper imports the host's comparison code (sandbox/compare.py) too: this checkout's package.
+_BOOT = ("import sys; sys.path.insert(0, {path!r}); sys.path.insert(1, {root!r}); "
+         "from worker.keeper import main; main(sys.argv[1:])")
 _START_TIMEOUT_S = 120.0
 _REQUEST_TIMEOUT_S = 600.0
 _GROWTH = 1.25  # a slot remade for larger data gets room beyond it, so it is not remade every call
@@ -79,7 +82,7 @@ class Keeper:
         cmd_read, self._cmd_write = os.pipe()
         out_read, out_write = os.pipe()
         self._fds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-E", "-s", "-c", _BOOT.format(path=str(_SANDBOX_DIR)),
+        command = [sys.executable, "-E", "-s", "-c", _BOOT.format(path=str(_SANDBOX_DIR), root=str(_SANDBOX_DIR.parents[1])),
                    "--cmd-fd", str(cmd_read), "--out-fd", str(out_write), "--fds-fd", str(theirs.fileno()),
                    "--kind", kind, "--device-index", str(self.device_index)]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, pass_fds=(cmd_read, out_write, theirs.fileno()),
@@ -113,6 +116,10 @@ class Keeper:
                     raise KeeperError(f"the keeper's {message.get('cmd')} sent no descriptor")
                 reply["fd"] = fds[0]
         return reply
+
+    def forget(self) -> None:
+        """Drop the outputs kept for comparisons (at the start of each timed round)."""
+        self.request({"cmd": "forget"})
 
     def allocate(self, name: str, size: int) -> tuple[int, int]:
         """A new device slot `name` of at least `size` bytes: (its size, a descriptor of it for
@@ -163,6 +170,39 @@ class HostBuffer:
         os.close(self.fd)
 
 
+@dataclass(frozen=True)
+class OnDevice:
+    """What the keeper does with a timed call's outputs instead of sending them to the host:
+    keep them under `keep`, or compare them with those kept under `compare_with` (the other
+    side's, on the same inputs; `kept_side` names it), each side laid out as its answer said
+    ([shape, dtype name] per output), judged with `tolerances` (compare.Tolerances.to_json)."""
+
+    keep: str | None = None
+    compare_with: str | None = None
+    kept_side: str = "reference"
+    kept_layouts: tuple = ()
+    layouts: tuple = ()  # this call's, filled in from its answer (calls.run_call)
+    tolerances: dict = field(default_factory=dict)
+
+    def frame(self) -> dict:
+        if self.keep is not None:
+            return {"keep": self.keep, "to_host": False}
+        return {"compare": {"with": self.compare_with, "kept_side": self.kept_side, "layouts": list(self.layouts),
+                            "kept_layouts": list(self.kept_layouts), "tolerances": self.tolerances},
+                "to_host": False}
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a take gave: the time the keeper had the outputs (the window's end), whether the
+    device input slot still held the inputs (None: not asked), and the comparison's fields
+    where it compared on the device (compare.Comparison)."""
+
+    at: float
+    inputs_held: bool | None
+    comparison: dict | None = None
+
+
 class WorkerSlots:
     """One worker's device slots as the host keeps track of them: their sizes, the outputs the
     worker last could not fit, and the host's output buffer."""
@@ -202,18 +242,28 @@ class WorkerSlots:
         self.keeper.request({"cmd": "place", "slot": self._part("inputs"), "source": self._part("host-inputs"),
                              "at": at, "size": size})
 
-    def take(self, spans: list[tuple[int, int]], check_inputs: tuple[int, int] | None) -> tuple[float, bool | None]:
+    def take(self, spans: list[tuple[int, int]], check_inputs: tuple[int, int] | None,
+             on_device: OnDevice | None = None) -> Taken:
         """Have the keeper copy the outputs at `spans` (offset, bytes) of the device output slot
-        out, in that order, into the host's output buffer: the time it had them, and (when asked
-        for `check_inputs` = (at, bytes)) whether the device input slot still held the inputs."""
+        out, in that order, into the host's output buffer (or, `on_device`, keep them there or
+        compare them there with kept ones, and send the host nothing): the time it had them,
+        and (when asked for `check_inputs` = (at, bytes)) whether the device input slot still
+        held the inputs."""
         message: dict = {"cmd": "take", "slot": self._part("outputs"), "spans": [list(s) for s in spans],
                          "dest": self._part("host-outputs")}
         if check_inputs is not None:
             message["check_inputs"] = {"slot": self._part("inputs"), "source": self._part("host-inputs"),
                                        "at": check_inputs[0], "size": check_inputs[1]}
+        if on_device is not None:
+            message.update(on_device.frame())
         reply = self.keeper.request(message)
         held = reply.get("inputs_held")
-        return float(reply["taken_at"]), (bool(held) if held is not None else None)
+        return Taken(float(reply["taken_at"]), bool(held) if held is not None else None, reply.get("comparison"))
+
+    def give(self, key: str, size: int) -> None:
+        """Have the keeper copy the `size` bytes of outputs it kept under `key` (this worker's)
+        into the host's output buffer after all."""
+        self.keeper.request({"cmd": "give", "key": key, "size": size, "dest": self._part("host-outputs")})
 
     def output_bytes(self, size: int) -> memoryview:
         """The first `size` bytes of the host's output buffer (what the last `take` wrote)."""

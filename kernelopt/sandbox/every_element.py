@@ -98,20 +98,30 @@ class Kept:
     calls: list[Answered] = field(default_factory=list)
 
     def offer(self, input_set: InputSet, candidate: Call, reference: Call) -> None:
-        outputs = _nbytes(candidate.outputs) + _nbytes(reference.outputs)
+        slot = self.reserve(_nbytes(candidate.outputs) + _nbytes(reference.outputs))
+        if slot is not None:
+            self.put(slot, input_set, candidate, reference)
+
+    def reserve(self, outputs: int) -> int | None:
+        """Whether the next call offered, whose two sides' outputs take `outputs` bytes, is kept,
+        decided before it is made (the timed rounds then bring its outputs to the host rather
+        than compare them on the device): the place it takes (for `put`), or None."""
         if self.capacity <= 0 or outputs * self.capacity > KEEP_BYTES:
-            return
+            return None
         self.offered += 1
-        slot = len(self.calls) if len(self.calls) < self.capacity else self.chooser.randrange(self.offered)
-        if slot >= self.capacity:
-            return
+        # The first `capacity` calls fill the places in turn (reserved ahead of their `put`s).
+        slot = self.offered - 1 if self.offered <= self.capacity else self.chooser.randrange(self.offered)
+        return slot if slot < self.capacity else None
+
+    def put(self, slot: int, input_set: InputSet, candidate: Call, reference: Call) -> None:
+        outputs = _nbytes(candidate.outputs) + _nbytes(reference.outputs)
         small = (outputs + len(input_set.packed)) * self.capacity <= KEEP_BYTES
         answered = Answered(input_set.seed, input_set.digest, input_set if small else None,
                             candidate.outputs, reference.outputs)
-        if slot == len(self.calls):
-            self.calls.append(answered)
-        else:
+        if slot < len(self.calls):
             self.calls[slot] = answered
+        else:  # (a place reserved for a call that never came, the evaluation having failed, is skipped)
+            self.calls.append(answered)
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:

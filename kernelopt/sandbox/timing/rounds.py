@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kernelopt.sandbox import census, compare, correctness, rules
-from kernelopt.sandbox.calls import Call, run_call
+from kernelopt.sandbox.calls import Call, keeper_step, kept_outputs, run_call
+from kernelopt.sandbox.compare import Tolerances
 from kernelopt.sandbox.conversation import Conversation
+from kernelopt.sandbox.device_slots import OnDevice
 from kernelopt.sandbox.every_element import Kept
 from kernelopt.sandbox.physics import Floor
 from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerProcess
@@ -53,11 +55,19 @@ class Timer:
     judge_dependence: bool = True
     kept: Kept | None = None  # answered calls for the every-element check (every_element.py)
     floor: Floor | None = None  # the physical floor of one call (physics.py), where a ceiling is known
+    output_bytes: int = 0  # both sides' outputs of one call (what keeping a call for the check costs)
     compared: int = 0  # timed calls compared in full (all of them)
+    compared_on_device: int = 0  # ... of which by the keeper, on the device (device slots)
     dependence: compare.InputDependence = field(init=False)
 
     def __post_init__(self) -> None:
         self.dependence = compare.InputDependence(self.options)
+
+    @property
+    def compares_on_device(self) -> bool:
+        """Whether timed outputs stay on the device, compared there by the keeper: with device
+        slots, unless the input-dependence test needs every output on the host."""
+        return self.transport == commands.DEVICE and not self.judge_dependence
 
 
 def measure(timer: Timer, checks: list[Check]) -> Timing:
@@ -135,11 +145,12 @@ def timing_phase(timer: Timer, checks: list[Check]) -> Timing:
     timed_round(timer, per_round, 1)
     round_s = per_round * harness_s * 2
     rounds = measured_rounds(timer, per_round, round_s)
-    return timing_result(rounds, per_round, timer.device, timer.bytes_per_call, timer.transport)
+    return timing_result(rounds, per_round, timer.device, timer.bytes_per_call, timer.transport,
+                         timer.compared_on_device > 0)
 
 
 def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_call: int,
-                  transport: str = commands.FRAME) -> Timing:
+                  transport: str = commands.FRAME, compared_on_device: bool = False) -> Timing:
     """The speedup from each side's total time over all timed calls (its mean per call), never
     from a statistic one call can move; its interval from the rounds and the spread between
     worker processes (stats.calibrated_precision)."""
@@ -152,7 +163,7 @@ def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_ca
     cand_ms, ref_ms = statistics.fmean(cand_means), statistics.fmean(ref_means)
     wall_c = statistics.fmean(ms for side in cand for ms in side.wall_ms)
     wall_r = statistics.fmean(ms for side in ref for ms in side.wall_ms)
-    return Timing(method=clock_method(device, cand, transport), reference=ref_stats, candidate=cand_stats, rounds=len(rounds),
+    return Timing(method=clock_method(device, cand, transport, compared_on_device), reference=ref_stats, candidate=cand_stats, rounds=len(rounds),
                   calls_per_round=per_round, reference_ms=ref_ms, candidate_ms=cand_ms,
                   wall_speedup=wall_r / wall_c if wall_c > 0 else None,
                   speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device,
@@ -168,7 +179,8 @@ _TRANSPORTS = {
 }
 
 
-def clock_method(device: str, cand: list[SideRound], transport: str = commands.FRAME) -> str:
+def clock_method(device: str, cand: list[SideRound], transport: str = commands.FRAME,
+                 compared_on_device: bool = False) -> str:
     """Which of the host's clocks decided and how a call's data travelled, in words (the same
     for both sides)."""
     cpu = all(len(side.cpu_ms) == len(side.ms) and side.cpu_ms == side.ms for side in cand)
@@ -176,7 +188,8 @@ def clock_method(device: str, cand: list[SideRound], transport: str = commands.F
              "the group is frozen), plus the time the candidate's calls spent blocked beyond the reference's"
              if cpu else "the host's wall clock over each call's window")
     sync = "; device-wide synchronize before each answer" if device.startswith("cuda") else ""
-    return clock + sync + _TRANSPORTS.get(transport, "") + "; the same harness loop on both sides, nothing allowed or charged; disturbed " \
+    compared = "; the timed outputs compared with the reference's by the keeper, on the device" if compared_on_device else ""
+    return clock + sync + _TRANSPORTS.get(transport, "") + compared + "; the same harness loop on both sides, nothing allowed or charged; disturbed " \
                           "reference rounds capped"
 
 
@@ -210,34 +223,77 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
     pin = timing_cpu(timer.cpus, number)
     at = placement(inputs, timer.chooser)
     first, second = (candidate, reference) if number % 2 == 0 else (reference, candidate)
+    # Calls kept for the every-element check are chosen now: their outputs come to the host.
+    kept_places = [timer.kept.reserve(timer.output_bytes) if timer.kept is not None else None for _ in inputs]
+    if timer.compares_on_device:
+        _forget_kept_outputs(reference)
     taken: dict[WorkerProcess, list[Call]] = {}
     for worker in (first, second):
         with prompt_host():
-            taken[worker] = [run_call(conversation, worker, input_set, transport=timer.transport, at=at, pin_cpu=pin,
-                                      device=timer.device) for input_set in inputs]
+            taken[worker] = [
+                run_call(conversation, worker, input_set, transport=timer.transport, at=at, pin_cpu=pin,
+                         device=timer.device,
+                         on_device=_on_device(timer, index, taken.get(first), "candidate" if first is candidate
+                                              else "reference") if kept_places[index] is None else None)
+                for index, input_set in enumerate(inputs)]
         if worker is candidate:
             # As the candidate's turn ends: a process its calls left running could slow the
             # reference's turn on the shared core; to do so it must be alive now.
             timer.census()
     compare_round(timer, taken[candidate], taken[reference])
     if timer.kept is not None:
-        for input_set, c, r in zip(inputs, taken[candidate], taken[reference]):
-            timer.kept.offer(input_set, c, r)
+        for place, input_set, c, r in zip(kept_places, inputs, taken[candidate], taken[reference]):
+            if place is not None:
+                timer.kept.put(place, input_set, c, r)
     sides = {worker: side_round(taken[worker][1:]) for worker in (candidate, reference)}
     census.parallelism(sides[candidate], sides[reference], timer.device, timer.findings)
     return sides[candidate], sides[reference]
 
 
+def _on_device(timer: Timer, index: int, first_calls: list[Call] | None, first_side: str) -> OnDevice | None:
+    """What the keeper does with call `index`'s outputs (None: they come to the host): the
+    first side's are kept; the second side's are compared with them, where they were kept."""
+    if not timer.compares_on_device:
+        return None
+    if first_calls is None:
+        return OnDevice(keep=str(index))
+    first = first_calls[index]
+    if first.kept is None:
+        return None  # the first side's outputs came in its answer, so these come to the host too
+    return OnDevice(compare_with=first.kept, kept_side=first_side,
+                    kept_layouts=tuple((list(m[0]), m[1]) for m in first.record.meta),
+                    tolerances=Tolerances.of(timer.options).to_json())
+
+
+def _forget_kept_outputs(worker: WorkerProcess) -> None:
+    """A round starts with nothing kept (a failed call's leftovers go)."""
+    if worker.slots is not None:
+        keeper_step(worker.slots.keeper.forget)
+
+
 def compare_round(timer: Timer, cand: list[Call], ref: list[Call]) -> None:
     """Every call of the round, the untimed first included: its invariants, and its outputs in
-    full against the reference's on the same inputs."""
+    full against the reference's on the same inputs (by the keeper, on the device, where both
+    stayed there)."""
+    conversation = timer.conversation
     for c, r in zip(cand, ref):
         rules.enforce(rules.call_invariants(c.record, r.record))
-        comparison = compare.compare_outputs(c.outputs, r.outputs, timer.options)
+        comparison = c.comparison or r.comparison
+        if comparison is None:
+            comparison = compare.compare_outputs(_on_host(conversation.candidate, c),
+                                                 _on_host(conversation.reference, r), timer.options)
+        else:
+            timer.compared_on_device += 1
         rules.enforce(rules.timed_output_mismatch(comparison))
         timer.compared += 1
         if timer.judge_dependence:
             timer.dependence.add(c.outputs, r.outputs)
+
+
+def _on_host(worker: WorkerProcess, call: Call) -> list:
+    """A call's outputs on the host: as taken, or brought from the keeper where they were kept
+    and the other side's could not be compared there (they came in its answer)."""
+    return kept_outputs(worker, call) if call.kept is not None else call.outputs
 
 
 def side_round(calls: list[Call]) -> SideRound:

@@ -11,18 +11,24 @@ worker. For every call it then does, with the worker frozen:
            keeper's own memory, wait for the copy and note the time (the end of the call's
            window: any work the worker left running is either in the copy or wrong in it), then
            copy them into the host's output buffer (shared memory) and, when asked, check that
-           the device input slot still holds what was placed.
+           the device input slot still holds what was placed. In the timed rounds the host may
+           instead have them kept here (`keep`) and, for the other side's call on the same
+           inputs, compared on the device with the kept ones (`compare`: the host's own
+           comparison code, sandbox/compare.py), so that neither side's outputs cross to host
+           memory and only the comparison's numbers come back (`to_host`: false).
 
 So on a GPU nothing the verdict uses comes from a copy the candidate's process made of its own
 outputs, and no per-call copy through host memory lies inside a window.
 
 Commands (JSON frames, wire.py; descriptors beside them on a unix socket): alloc, share, place,
-take, free, quit. Times are time.perf_counter (CLOCK_MONOTONIC on Linux: the host's clock too).
+take, give, forget, free, quit. Times are time.perf_counter (CLOCK_MONOTONIC on Linux: the host's clock too).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import socket
 import sys
@@ -44,6 +50,7 @@ class Keeper:
         self.slots: dict[str, device_memory.Mapping] = {}  # device slots, by name
         self.shared: dict[str, device_memory.Mapping] = {}  # the host's shared memory, by name
         self.staging: Any = None  # the keeper's own copy of the last outputs taken (a uint8 tensor)
+        self.kept: dict[str, Any] = {}  # outputs kept for a comparison, by the host's key
 
     def alloc(self, msg: dict) -> dict:
         mapping, fd = device_memory.allocate(self.kind, int(msg["size"]), self.device_index)
@@ -83,8 +90,14 @@ class Keeper:
             placed += size
         self._wait()
         taken_at = time.perf_counter()
-        self.shared[msg["dest"]].tensor()[:total].copy_(self.staging[:total])
-        reply = {"ok": True, "taken_at": taken_at}
+        taken = self.staging[:total]
+        reply: dict = {"ok": True, "taken_at": taken_at}
+        if msg.get("keep"):
+            self.kept[str(msg["keep"])] = taken.clone()
+        if msg.get("compare"):
+            reply["comparison"] = self._compare(taken, msg["compare"])
+        if msg.get("to_host", True):
+            self.shared[msg["dest"]].tensor()[:total].copy_(taken)
         check = msg.get("check_inputs")
         if check:
             at, size = int(check["at"]), int(check["size"])
@@ -92,6 +105,35 @@ class Keeper:
             now = self.slots[check["slot"]].tensor()[at:at + size]
             reply["inputs_held"] = bool(self.torch.equal(now.cpu(), placed_inputs))
         return reply
+
+    def _compare(self, taken: Any, spec: dict) -> dict:
+        """The outputs just taken against those kept under spec["with"] (dropped then), laid out
+        by spec["layouts"] and spec["kept_layouts"] ([shape, dtype name] per output);
+        spec["kept_side"] says which side the kept ones are. The fields of the host's Comparison."""
+        from kernelopt.sandbox.compare import Tolerances, compare_outputs
+
+        kept = self.kept.pop(str(spec["with"]))
+        taken_outputs = _laid_out(self.torch, taken, spec["layouts"])
+        kept_outputs = _laid_out(self.torch, kept, spec["kept_layouts"])
+        candidate, reference = ((taken_outputs, kept_outputs) if spec["kept_side"] == "reference"
+                                else (kept_outputs, taken_outputs))
+        comparison = compare_outputs(candidate, reference, Tolerances(**spec["tolerances"]))
+        return dataclasses.asdict(comparison)
+
+    def give(self, msg: dict) -> dict:
+        """Kept outputs to the host's output buffer after all (their comparison could not be
+        made here: the other side's outputs came in its answer)."""
+        kept = self.kept[str(msg["key"])]
+        size = int(msg["size"])
+        if size > kept.numel():
+            raise ValueError(f"{size} bytes asked of {kept.numel()} kept")
+        self.shared[msg["dest"]].tensor()[:size].copy_(kept[:size])
+        return {"ok": True}
+
+    def forget(self, msg: dict) -> dict:
+        """Drop every kept output (a round ends; one side's call failed before its comparison)."""
+        self.kept.clear()
+        return {"ok": True}
 
     def free(self, msg: dict) -> dict:
         for name in msg.get("names", []):
@@ -110,8 +152,33 @@ class Keeper:
             mapping.close()
 
 
+def _dtype(torch: Any, name: str) -> Any:
+    dtype = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"no dtype {name!r}")
+    return dtype
+
+
+def _laid_out(torch: Any, raw: Any, layouts: list) -> list:
+    """The outputs packed one after another in `raw` (uint8), as tensors of their shapes and
+    dtypes ([shape, dtype name] each; copied where an output does not start on its element
+    size's boundary)."""
+    outputs, offset = [], 0
+    for shape, name in layouts:
+        dtype, shape = _dtype(torch, name), [int(n) for n in shape]
+        size = math.prod(shape) * dtype.itemsize
+        if offset + size > raw.numel():
+            raise ValueError("the layouts describe more bytes than were taken")
+        part = raw[offset:offset + size]
+        if offset % dtype.itemsize:
+            part = part.clone()
+        outputs.append(part.view(dtype).reshape(shape) if size else torch.empty(shape, dtype=dtype, device=raw.device))
+        offset += size
+    return outputs
+
+
 _HANDLERS = {"alloc": Keeper.alloc, "share": Keeper.share, "place": Keeper.place, "take": Keeper.take,
-             "free": Keeper.free}
+             "give": Keeper.give, "forget": Keeper.forget, "free": Keeper.free}
 
 
 def serve(keeper: Keeper, cmd_fd: int, out_fd: int) -> None:
