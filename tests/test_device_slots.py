@@ -214,6 +214,36 @@ def test_kept_outputs_reach_the_host_when_they_cannot_be_compared_on_the_device(
         worker.close()
 
 
+def test_a_full_device_sends_the_outputs_to_the_host_rather_than_fail(monkeypatch):
+    """No device memory to keep a side's outputs (a program that filled it, perhaps): the keeper
+    sends them to the host as it would without a comparison on the device, and says so; the
+    evaluation goes on with the host's comparison."""
+    import socket
+
+    from kernelopt.sandbox.worker import keeper as keeper_module
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    keeper = keeper_module.Keeper(device_memory.HOST, 0, theirs)
+    keeper.alloc({"name": "outputs", "size": 4096})
+    _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+    worker_view = device_memory.open_slot(device_memory.HOST, fds[0], 4096)
+    host = device_slots.HostBuffer(4096)
+    socket.send_fds(ours, [b"f"], [host.fd])
+    keeper.share({"name": "host", "size": 4096})
+    worker_view.tensor()[:8] = torch.arange(8, dtype=torch.uint8)
+
+    def full(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch.Tensor, "clone", full)
+    reply = keeper.take({"slot": "outputs", "spans": [[0, 8]], "dest": "host", "keep": "0", "to_host": False})
+    monkeypatch.undo()
+    assert reply["kept"] is False and "0" not in keeper.kept
+    assert bytes(host.map[:8]) == bytes(range(8))
+    for closable in (worker_view, host, ours, theirs):
+        closable.close()
+
+
 def test_a_failing_keeper_step_is_an_error_of_the_keeper_not_a_hang(keeper):
     with pytest.raises(device_slots.KeeperError, match="place failed"):
         keeper.request({"cmd": "place", "slot": "none", "source": "none", "at": 0, "size": 1})

@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from kernelopt.sandbox import rules
 from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.compare import Comparison
-from kernelopt.sandbox.device_slots import KeeperError, OnDevice, WorkerSlots
+from kernelopt.sandbox.device_slots import KeeperError, OnDevice, Taken, WorkerSlots
 from kernelopt.sandbox.process import SandboxError, WorkerProcess, host_memory_room, runqueue_wait_ms
 from kernelopt.sandbox.process_memory import ProcessMemory, UnreadableMemory
 from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
@@ -113,11 +113,14 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     # Outputs stay with the keeper only where the answer put them in the device slot.
     step = (dataclasses.replace(on_device, layouts=tuple((list(m[0]), m[1]) for m in parsed.meta))
             if on_device is not None and slots is not None and parsed.slot_spans is not None else None)
-    stays, kept = step is not None, step.keep if step is not None else None
+    kept = None
     try:
         if slots is not None:
             check = (at, len(input_set.packed)) if check_inputs and placed else None
-            end, device_inputs_held, comparison = _take_from_slots(slots, parsed, blobs, check, end, step)
+            taken = _take_from_slots(slots, parsed, blobs, check, end, step)
+            end, device_inputs_held, comparison = taken.at, taken.inputs_held, taken.comparison
+            kept = step.keep if step is not None and taken.kept else None
+        stays = kept is not None or comparison is not None
         outputs, aliased = ([], parsed.aliases_input) if stays else take_outputs(worker, parsed, blobs, transport)
     except OutputsUnreadable as exc:
         if worker is conversation.reference:
@@ -210,7 +213,7 @@ def _place(conversation: Conversation, worker: WorkerProcess, slots: WorkerSlots
 
 
 def _take_from_slots(slots: WorkerSlots, reply: CallReply, blobs: list[bytes], check_inputs: tuple[int, int] | None,
-                     answered: float, on_device: OnDevice | None) -> tuple[float, bool | None, dict | None]:
+                     answered: float, on_device: OnDevice | None) -> Taken:
     """With the worker frozen, the keeper copies the outputs its answer locates in the device
     output slot out: the window ends when it has them (any work the worker left running on the
     device is then either done or wrong in them). Outputs that did not fit came as blobs (the
@@ -220,10 +223,9 @@ def _take_from_slots(slots: WorkerSlots, reply: CallReply, blobs: list[bytes], c
     if reply.slot_spans is None:
         # Sized by the bytes that came (the host holds them), not by what the answer claims.
         slots.outputs_wanted = max(slots.outputs_wanted, sum(len(blob) for blob in blobs) + 256 * len(blobs))
-        return answered, None, None
+        return Taken(answered, None)
     _check_slot_spans(reply, slots.outputs_size)
-    taken = keeper_step(lambda: slots.take(reply.slot_spans or [], check_inputs, on_device))
-    return taken.at, taken.inputs_held, taken.comparison
+    return keeper_step(lambda: slots.take(reply.slot_spans or [], check_inputs, on_device))
 
 
 def kept_outputs(worker: WorkerProcess, call: Call) -> list[torch.Tensor]:

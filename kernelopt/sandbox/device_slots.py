@@ -195,12 +195,13 @@ class OnDevice:
 @dataclass(frozen=True)
 class Taken:
     """What a take gave: the time the keeper had the outputs (the window's end), whether the
-    device input slot still held the inputs (None: not asked), and the comparison's fields
-    where it compared on the device (compare.Comparison)."""
+    device input slot still held the inputs (None: not asked), the comparison's fields where it
+    compared on the device (compare.Comparison), and whether it kept them."""
 
     at: float
     inputs_held: bool | None
     comparison: dict | None = None
+    kept: bool = False  # the keeper kept them (asked to, it sends them to the host where the device is full)
 
 
 class WorkerSlots:
@@ -258,7 +259,8 @@ class WorkerSlots:
             message.update(on_device.frame())
         reply = self.keeper.request(message)
         held = reply.get("inputs_held")
-        return Taken(float(reply["taken_at"]), bool(held) if held is not None else None, reply.get("comparison"))
+        return Taken(float(reply["taken_at"]), bool(held) if held is not None else None, reply.get("comparison"),
+                     kept=bool(on_device is not None and on_device.keep is not None and reply.get("kept", True)))
 
     def give(self, key: str, size: int) -> None:
         """Have the keeper copy the `size` bytes of outputs it kept under `key` (this worker's)

@@ -92,11 +92,15 @@ class Keeper:
         taken_at = time.perf_counter()
         taken = self.staging[:total]
         reply: dict = {"ok": True, "taken_at": taken_at}
+        to_host = msg.get("to_host", True)
         if msg.get("keep"):
-            self.kept[str(msg["keep"])] = taken.clone()
+            try:
+                self.kept[str(msg["keep"])] = taken.clone()
+            except RuntimeError:  # the device is full (the program's memory, perhaps): to the host then
+                reply["kept"], to_host = False, True
         if msg.get("compare"):
             reply["comparison"] = self._compare(taken, msg["compare"])
-        if msg.get("to_host", True):
+        if to_host:
             self.shared[msg["dest"]].tensor()[:total].copy_(taken)
         check = msg.get("check_inputs")
         if check:
@@ -117,7 +121,11 @@ class Keeper:
         kept_outputs = _laid_out(self.torch, kept, spec["kept_layouts"])
         candidate, reference = ((taken_outputs, kept_outputs) if spec["kept_side"] == "reference"
                                 else (kept_outputs, taken_outputs))
-        comparison = compare_outputs(candidate, reference, Tolerances(**spec["tolerances"]))
+        tolerances = Tolerances(**spec["tolerances"])
+        try:
+            comparison = compare_outputs(candidate, reference, tolerances)
+        except RuntimeError:  # no device memory for the comparison's temporaries: on the CPU then
+            comparison = compare_outputs([t.cpu() for t in candidate], [t.cpu() for t in reference], tolerances)
         return dataclasses.asdict(comparison)
 
     def give(self, msg: dict) -> dict:
