@@ -1,5 +1,5 @@
 """Device slots: a trusted keeper places each call's inputs and takes its outputs while the worker
-is frozen (sandbox/device_slots.py, worker/keeper.py, worker/device_memory.py).
+is frozen (sandbox/device_slots.py, sandbox/keeper.py, worker/device_memory.py).
 
 On a machine without a GPU the same protocol runs with shared memory in place of device memory
 (KERNELOPT_DEVICE_SLOTS=host): the keeper process, the descriptors passed to the sandboxed
@@ -220,7 +220,7 @@ def test_a_full_device_sends_the_outputs_to_the_host_rather_than_fail(monkeypatc
     evaluation goes on with the host's comparison."""
     import socket
 
-    from kernelopt.sandbox.worker import keeper as keeper_module
+    from kernelopt.sandbox import keeper as keeper_module
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     keeper = keeper_module.Keeper(device_memory.HOST, 0, theirs)

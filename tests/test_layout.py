@@ -170,3 +170,13 @@ def test_the_model_layer_sits_beside_bench_and_tune():
             assert not wrong, f"{module} imports {sorted(wrong)}"
         elif not module.startswith("kernelopt.cli"):
             assert not any(t.startswith("kernelopt.model") for t in targets), (module, targets)
+
+
+def test_the_worker_imports_none_of_the_host_s_modules():
+    """kernelopt/sandbox/worker runs in the sandbox as a package of its own (`worker`, in any
+    image with torch): it imports only its own modules, never the host's. Trusted helpers that
+    use the host's code (the keeper, sandbox/keeper.py) live beside the host's modules."""
+    for module, targets in import_graph().items():
+        if module.startswith("kernelopt.sandbox.worker"):
+            wrong = {t for t in targets if not t.startswith("kernelopt.sandbox.worker")}
+            assert not wrong, f"{module} imports {sorted(wrong)}"

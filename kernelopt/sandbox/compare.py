@@ -28,7 +28,7 @@ REDUCED_PRECISION_REL_L2 = 1e-4
 # operations on two threads waited for the second thread whenever the host's other work (a
 # worker starting, a compile) held a core: 1M elements took 200-400 ms instead of 60 ms.
 _STEP = 1 << 14
-# On a device (the keeper's comparison of timed outputs, worker/keeper.py) each step costs a few
+# On a device (the keeper's comparison of timed outputs, sandbox/keeper.py) each step costs a few
 # kernel launches and a wait for their sums: whole outputs of up to this many elements at once.
 _DEVICE_STEP = 1 << 24
 # The fast path's limits: values up to this magnitude square without overflow in float32, and

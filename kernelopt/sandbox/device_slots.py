@@ -1,7 +1,7 @@
 """The host's side of the device slots: the keeper process and each worker's slots.
 
 On a GPU a call's inputs and outputs never cross host memory inside its window (invariant I4,
-docs/referee.md "The call's window"). A trusted keeper process (worker/keeper.py) owns, for
+docs/referee.md "The call's window"). A trusted keeper process (keeper.py) owns, for
 each worker, a device input slot and a device output slot, exported as file descriptors that
 the host passes to the worker (worker/device_memory.py). Per call, with the worker frozen, the
 keeper copies the packed inputs from the host's input slot into the device input slot; the
@@ -35,9 +35,8 @@ from kernelopt.sandbox.worker import commands, device_memory, wire
 
 MODE_VARIABLE = "KERNELOPT_DEVICE_SLOTS"
 _SANDBOX_DIR = Path(__file__).resolve().parent
-# The keeper imports the host's comparison code (sandbox/compare.py) too: this checkout's package.
-_BOOT = ("import sys; sys.path.insert(0, {path!r}); sys.path.insert(1, {root!r}); "
-         "from worker.keeper import main; main(sys.argv[1:])")
+# The keeper runs this checkout's package, as the host does.
+_BOOT = "import sys; sys.path.insert(0, {root!r}); from kernelopt.sandbox.keeper import main; main(sys.argv[1:])"
 _START_TIMEOUT_S = 120.0
 _REQUEST_TIMEOUT_S = 600.0
 _GROWTH = 1.25  # a slot remade for larger data gets room beyond it, so it is not remade every call
@@ -73,7 +72,7 @@ def start_keeper(device: str, backend_name: str) -> Keeper | None:
 
 
 class Keeper:
-    """The keeper process (worker/keeper.py): one per Evaluator, shared by its workers."""
+    """The keeper process (keeper.py): one per Evaluator, shared by its workers."""
 
     def __init__(self, kind: str, device: str):
         self.kind = kind
@@ -82,7 +81,7 @@ class Keeper:
         cmd_read, self._cmd_write = os.pipe()
         out_read, out_write = os.pipe()
         self._fds, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-E", "-s", "-c", _BOOT.format(path=str(_SANDBOX_DIR), root=str(_SANDBOX_DIR.parents[1])),
+        command = [sys.executable, "-E", "-s", "-c", _BOOT.format(root=str(_SANDBOX_DIR.parents[1])),
                    "--cmd-fd", str(cmd_read), "--out-fd", str(out_write), "--fds-fd", str(theirs.fileno()),
                    "--kind", kind, "--device-index", str(self.device_index)]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, pass_fds=(cmd_read, out_write, theirs.fileno()),

@@ -1,7 +1,8 @@
 """The keeper: a trusted process that owns the workers' device slots and moves data in and out.
 
-Started by the host (sandbox/device_slots.py), outside any sandbox, with the same boot as a
-worker but no program code: it only ever runs this file. It makes each worker's device slots
+Started by the host (sandbox/device_slots.py), outside any sandbox, as a process of its own
+that runs no program code: trusted, it may use the host's modules (the comparison,
+sandbox/compare.py), where a worker imports only its own. It makes each worker's device slots
 (worker/device_memory.py) and sends their descriptors to the host, which passes them on to the
 worker. For every call it then does, with the worker frozen:
 
@@ -36,7 +37,8 @@ import time
 import traceback
 from typing import Any
 
-from . import device_memory, wire
+from kernelopt.sandbox.compare import Tolerances, compare_outputs
+from kernelopt.sandbox.worker import device_memory, wire
 
 
 class Keeper:
@@ -114,8 +116,6 @@ class Keeper:
         """The outputs just taken against those kept under spec["with"] (dropped then), laid out
         by spec["layouts"] and spec["kept_layouts"] ([shape, dtype name] per output);
         spec["kept_side"] says which side the kept ones are. The fields of the host's Comparison."""
-        from kernelopt.sandbox.compare import Tolerances, compare_outputs
-
         kept = self.kept.pop(str(spec["with"]))
         taken_outputs = _laid_out(self.torch, taken, spec["layouts"])
         kept_outputs = _laid_out(self.torch, kept, spec["kept_layouts"])
