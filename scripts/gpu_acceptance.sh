@@ -2,7 +2,7 @@
 # Issue 30's GPU acceptance runs, as one script of capped phases for a lent GPU machine
 # (docs/gpu.md has what each phase found on an H200, and how to read its logs).
 #
-#   OUT=/some/folder PHASES="timing suite corpus compile" bash scripts/gpu_acceptance.sh
+#   OUT=/some/folder PHASES="timing versus suite corpus compile" bash scripts/gpu_acceptance.sh
 #
 # Needs: the CUDA build of torch, nvcc, cupy and triton (the lent machines' image has them); the
 # Python packages kernelopt needs but the image lacks, as wheels in .whl/ (installed with
@@ -18,7 +18,7 @@
 # - a v0.1 evaluation (4096^2 matmul) takes over 50 s there: eval caps are generous.
 set -u
 OUT=${OUT:?set OUT to a folder for the logs}
-PHASES=${PHASES:-timing suite corpus compile}
+PHASES=${PHASES:-timing versus suite corpus compile}
 IDENTITY_PROBLEMS=${IDENTITY_PROBLEMS:-19,23,1,40,47,88,95,4,12,42,36,54,63,97,24,9,26,50,82,99}
 export PYTHONUNBUFFERED=1 PYTHONPATH=tests LIVE_REPORT="$OUT/failures.txt"
 start=$(date +%s)
@@ -98,6 +98,18 @@ corpus() {
   stamp "corpus rc=$?"; stop_leftovers
 }
 
+# Issue 42, item 2: seconds per evaluation beside KernelBench's own evaluator, on the exact
+# copies the timing phase wrote (its run folder), a few problems; needs .kb/kb to be the whole
+# KernelBench checkout (their src/kernelbench/eval.py) and `requests` among the wheels.
+versus() {
+  stamp "versus"
+  timeout -s INT -k 10 ${VERSUS_CAP:-240} python3 benchmarks/vs_kernelbench.py --kernelbench .kb/kb \
+    --solutions /tmp/identity/generations --problems /tmp/identity/problems --level 1 \
+    --ids "${VERSUS_PROBLEMS:-1,19,23,40,88}" --device cuda --timing-budget 1 --out "$OUT/versus" \
+    > "$OUT/versus.log" 2>&1
+  stamp "versus rc=$?"; stop_leftovers
+}
+
 # 5. Cold compile times of the GPU backends.
 compile() {
   timeout -s INT -k 10 ${COMPILE_CAP:-60} python3 benchmarks/backend_compile.py --backends cuda,cupy,triton \
@@ -106,7 +118,7 @@ compile() {
 }
 
 setup
-for phase in timing suite corpus compile; do
+for phase in timing versus suite corpus compile; do
   wants $phase && $phase
 done
 stamp "done"
