@@ -117,12 +117,14 @@ class _SlottedWorker:
     """A worker's side of its slots, played by the test: outputs written straight into its
     device output slot, then taken by the keeper as a call's would be."""
 
+    kind = device_memory.HOST
+
     def __init__(self, keeper):
         self.host_inputs = InputSlot("reference", size=1 << 20)
         self.slots = device_slots.WorkerSlots(keeper, self.host_inputs.fd, self.host_inputs.size)
         self.slots.outputs_wanted = 1 << 16
         _, fds = self.slots.remake(4096)
-        self.mapped = [device_memory.open_slot(device_memory.HOST, fd, size)
+        self.mapped = [device_memory.open_slot(self.kind, fd, size)
                        for fd, size in zip(fds, (self.slots.inputs_size, self.slots.outputs_size))]
 
     def answer(self, outputs: list[torch.Tensor]):
@@ -428,6 +430,7 @@ def test_on_a_gpu_the_keeper_compares_cuda_outputs_as_the_host_would():
 
     from kernelopt.sandbox.compare import Tolerances, compare_outputs
 
+    torch.cuda.init()
     keeper = device_slots.Keeper(device_memory.CUDA, "cuda:0")
     try:
         for case in ("equal", "within tolerance", "outside tolerance", "NaN where the reference has none"):
@@ -455,14 +458,7 @@ def test_on_a_gpu_the_keeper_compares_cuda_outputs_as_the_host_would():
 class _CudaSlottedWorker(_SlottedWorker):
     """_SlottedWorker over CUDA slots (mapped in this process, as a worker maps its own)."""
 
-    def __init__(self, keeper):
-        torch.cuda.init()
-        self.host_inputs = InputSlot("reference", size=1 << 20)
-        self.slots = device_slots.WorkerSlots(keeper, self.host_inputs.fd, self.host_inputs.size)
-        self.slots.outputs_wanted = 1 << 16
-        _, fds = self.slots.remake(4096)
-        self.mapped = [device_memory.open_slot(device_memory.CUDA, fd, size)
-                       for fd, size in zip(fds, (self.slots.inputs_size, self.slots.outputs_size))]
+    kind = device_memory.CUDA
 
     def answer(self, outputs: list[torch.Tensor]):
         placed = super().answer([t.cuda() for t in outputs])
