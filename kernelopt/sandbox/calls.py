@@ -29,7 +29,6 @@ the host reads them from memory.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import os
 import time
@@ -185,7 +184,7 @@ def take_outputs(worker: WorkerProcess, reply: CallReply, blobs: list[bytes],
     answer names addresses, else from the answer's blobs."""
     layouts = [_layout(meta) for meta in reply.meta]
     if reply.slot_spans is not None and worker.slots is not None:
-        return _from_slot(worker.slots, layouts, reply.slot_spans), reply.aliases_input
+        return _from_slot(worker.slots, layouts, [size for _, size in reply.slot_spans]), reply.aliases_input
     if transport == commands.MEMORY:
         if worker.memory is None or reply.spans is None or len(reply.spans) != len(layouts):
             raise OutputsUnreadable("the answer does not say where every output is")
@@ -240,8 +239,7 @@ def kept_outputs(worker: WorkerProcess, call: Call) -> list[torch.Tensor]:
     layouts = [_layout(meta) for meta in call.record.meta]
     sizes = [math.prod(shape) * dtype.itemsize for shape, dtype in layouts]
     keeper_step(lambda: slots.give(call.kept or "", sum(sizes)))
-    offsets = list(itertools.accumulate([0, *sizes[:-1]]))
-    return _from_slot(slots, layouts, list(zip(offsets, sizes)))
+    return _from_slot(slots, layouts, sizes)
 
 
 def _check_slot_spans(reply: CallReply, slot_size: int) -> None:
@@ -259,9 +257,9 @@ def _check_slot_spans(reply: CallReply, slot_size: int) -> None:
 
 
 def _from_slot(slots: WorkerSlots, layouts: list[tuple[list[int], torch.dtype]],
-               spans: list[tuple[int, int]]) -> list[torch.Tensor]:
-    """The outputs the keeper copied, one after another, into the host's output buffer."""
-    sizes = [size for _, size in spans]
+               sizes: list[int]) -> list[torch.Tensor]:
+    """The outputs the keeper copied, one after another (`sizes` bytes each), into the host's
+    output buffer."""
     raw = slots.output_bytes(sum(sizes))
     outputs, offset = [], 0
     for (shape, dtype), size in zip(layouts, sizes):
