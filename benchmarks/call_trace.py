@@ -5,7 +5,7 @@ prints, for every call of every phase (trials, timing rounds, the every-element 
 side, the time that decided (`ms`), the window's wall time, the group's CPU time where it was
 read, and the host's steps around the window: placing the inputs (into the device slots on a
 GPU), thaw to answer, the freeze, and the keeper's take of the outputs. Then per side the mean
-of the timed calls and of each step, the verdict's speedup and wall ratio, and the machine's
+of the timed calls and of each step, the verdict's speedup and wall ratio, the evaluation's seconds, and the machine's
 load average and GPU compute processes before and after. An exact copy whose sides differ in
 one step names where a misreading lies. Usage:
 
@@ -21,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from kernelopt.kernelbench import load_problem
@@ -85,14 +86,16 @@ def main() -> None:
     parser.add_argument("--timing-budget", type=float, default=2.0)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--json", type=Path, help="write the whole trace here")
-    parser.add_argument("--isolation", default=None, help="the sandbox backend (default: the best available)")
+    parser.add_argument("--isolation", default="auto", help="the sandbox backend (default: auto, the best available)")
     args = parser.parse_args()
     problem = load_problem(args.problem)
     source = args.candidate.read_text() if args.candidate else as_candidate(args.problem.read_text())
     calls = traced({"trials": correctness, "timing": rounds, "every_element": every_element})
     before = machine_state()
+    started = time.monotonic()
     result = evaluate(problem, source, EvalOptions(device=args.device, isolation=args.isolation, timing_budget=args.timing_budget,
                                                    timeout=args.timeout))
+    evaluation_s = time.monotonic() - started
     after = machine_state()
     print(f"{'phase':14} {'side':9} {'ms':>10} {'wall':>10} {'cpu':>10} " + " ".join(f"{s:>8}" for s in STEPS))
     for c in calls:
@@ -103,10 +106,10 @@ def main() -> None:
     timing = result.timing.model_dump() if result.timing else None
     print(json.dumps({"status": result.status, "speedup": result.speedup, "message": result.message,
                       "method": timing and timing.get("method"), "wall_speedup": timing and timing.get("wall_speedup"),
-                      "sides": sides, "before": before, "after": after}, indent=1, default=str))
+                      "evaluation_s": round(evaluation_s, 2), "sides": sides, "before": before, "after": after}, indent=1, default=str))
     if args.json:
         args.json.write_text(json.dumps({"calls": calls, "result": result.model_dump(mode="json"), "sides": sides,
-                                         "before": before, "after": after}, default=str))
+                                         "evaluation_s": evaluation_s, "before": before, "after": after}, default=str))
 
 
 if __name__ == "__main__":

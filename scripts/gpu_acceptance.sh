@@ -2,7 +2,9 @@
 # Issue 30's GPU acceptance runs, as one script of capped phases for a lent GPU machine
 # (docs/gpu.md has what each phase found on an H200, and how to read its logs).
 #
-#   OUT=/some/folder PHASES="timing versus suite corpus compile" bash scripts/gpu_acceptance.sh
+#   OUT=/some/folder PHASES="trace slots gpucases versus" bash scripts/gpu_acceptance.sh
+#
+# Phases run in the order PHASES names them.
 #
 # Needs: the CUDA build of torch, nvcc, cupy and triton (the lent machines' image has them); the
 # Python packages kernelopt needs but the image lacks, as wheels in .whl/ (installed with
@@ -18,7 +20,7 @@
 # - a v0.1 evaluation (4096^2 matmul) takes over 50 s there: eval caps are generous.
 set -u
 OUT=${OUT:?set OUT to a folder for the logs}
-PHASES=${PHASES:-timing versus suite corpus compile}
+PHASES=${PHASES:-trace slots gpucases versus evalp1 identity stability suite corpus compile}
 IDENTITY_PROBLEMS=${IDENTITY_PROBLEMS:-19,23,1,40,47,88,95,4,12,42,36,54,63,97,24,9,26,50,82,99}
 export PYTHONUNBUFFERED=1 PYTHONPATH=tests LIVE_REPORT="$OUT/failures.txt"
 start=$(date +%s)
@@ -31,6 +33,14 @@ stop_leftovers() {
   pkill -9 -f "kernelopt (bench|eval)" 2>/dev/null
   sleep 2
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader >> "$OUT/progress.txt" 2>&1
+  pack
+}
+
+# PACK_TO: a folder that gets everything in OUT as one archive after every phase (the device
+# tool returns few files, and what a killed run leaves there still comes back).
+pack() {
+  [[ -n "${PACK_TO:-}" ]] || return 0
+  tar -czf "$PACK_TO/.acceptance.tgz" -C "$OUT" . 2>/dev/null && mv "$PACK_TO/.acceptance.tgz" "$PACK_TO/acceptance.tgz"
 }
 
 setup() {
@@ -50,33 +60,60 @@ setup() {
     python3 -m pip list 2>/dev/null | grep -i -E "^(torch|triton|cupy|pydantic|numpy|pytest|nvidia-ml-py) "
     kernelopt doctor 2>&1 | tail -30
   } > "$OUT/env.txt" 2>&1
-  stamp "setup done"
+  stamp "setup done"; pack
 }
 
-# 3. Timing truth, alone on the GPU: one exact copy with its whole timing record, the exact
-# copies of KernelBench level 1, the spread between evaluations of one exact copy.
-timing() {
-  local p=.kb/kb/KernelBench/level1 copy=/tmp/copy_p1.py
-  sed -E 's/\bModel\b/ModelNew/g' $p/1_Square_matrix_multiplication_.py > $copy
-  # The decisive trace (issue 42, item 1): every call of the exact 4096^2 matmul copy, per side,
-  # with the host's steps around each window (device slots: place, answer, freeze, take).
+# Issue 42, item 1, alone on the GPU: every call of the exact 4096^2 matmul copy, per side, with
+# the host's steps around each window (device slots: place, answer, freeze, take) and the verdict.
+trace() {
+  local p=.kb/kb/KernelBench/level1
   stamp "trace p1"
   timeout -k 5 ${TRACE_CAP:-150} python3 benchmarks/call_trace.py --problem $p/1_Square_matrix_multiplication_.py \
     --device cuda --timing-budget 2 --timeout 140 --json "$OUT/trace_p1.json" > "$OUT/trace_p1.txt" 2>&1
   stamp "trace p1 rc=$?"; stop_leftovers
+}
+
+# The same copy through the CLI, its whole verdict as users see it.
+evalp1() {
+  local p=.kb/kb/KernelBench/level1 copy=/tmp/copy_p1.py
+  sed -E 's/\bModel\b/ModelNew/g' $p/1_Square_matrix_multiplication_.py > $copy
   stamp "eval p1"
   timeout -k 5 ${EVAL_CAP:-150} kernelopt eval --reference $p/1_Square_matrix_multiplication_.py --candidate $copy \
     --device cuda --timing-budget 2 --timeout 140 --json > "$OUT/eval_p1.json" 2>> "$OUT/progress.txt"
   stamp "eval p1 rc=$?"; stop_leftovers
+}
+
+# Exact copies of KernelBench level 1 (item 2) and the spread between evaluations of one copy.
+identity() {
   stamp "identity"
   timeout -s INT -k 10 ${IDENTITY_CAP:-240} python3 benchmarks/kernelbench_identity.py --kernelbench .kb/kb \
     --level 1 --problems "$IDENTITY_PROBLEMS" --device cuda --timing-budget 1 --timeout 140 --out /tmp/identity \
     --kernelopt "$(command -v kernelopt)" > "$OUT/identity.log" 2>&1
   stamp "identity rc=$?"; stop_leftovers
   cp /tmp/identity/bench/results.jsonl "$OUT/identity_results.jsonl" 2>/dev/null
+}
+
+stability() {
   timeout -s INT -k 10 ${STABILITY_CAP:-60} python3 benchmarks/timing_stability.py --device cuda --runs 4 \
     --timing-budget 2 > "$OUT/stability.log" 2>&1
   stamp "stability rc=$?"; stop_leftovers
+}
+
+# The keeper and the device slots on CUDA (tests/test_device_slots.py's gpu tests), first of the
+# suite because every CUDA evaluation goes through them.
+slots() {
+  stamp "slots"
+  timeout -s INT -k 20 ${SLOTS_CAP:-120} python3 -m pytest -p no:cacheprovider -p live_report -n 4 -v --tb=short \
+    -m gpu tests/test_device_slots.py > "$OUT/slots.log" 2>&1
+  stamp "slots rc=$?"; stop_leftovers
+}
+
+# Item 3: the corpus's GPU cases alone (GPU-only hack families and the honest GPU controls).
+gpucases() {
+  stamp "gpucases"
+  timeout -s INT -k 20 ${GPUCASES_CAP:-150} python3 -m pytest -p no:cacheprovider -p live_report -n 4 -v --tb=short \
+    -m gpu tests/test_adversarial.py -k "test_adversarial_case and not container" > "$OUT/gpucases.log" 2>&1
+  stamp "gpucases rc=$?"; stop_leftovers
 }
 
 # 1. The gpu-marked suite (the corpus's gpu cases run in the corpus phase).
@@ -98,14 +135,16 @@ corpus() {
   stamp "corpus rc=$?"; stop_leftovers
 }
 
-# Issue 42, item 2: seconds per evaluation beside KernelBench's own evaluator, on the exact
-# copies the timing phase wrote (its run folder), a few problems; needs .kb/kb to be the whole
-# KernelBench checkout (their src/kernelbench/eval.py) and `requests` among the wheels.
+# Issue 42, item 2: seconds per evaluation beside KernelBench's own evaluator on exact copies.
+# Prepared off the GPU: .kb/identity holds the problems and copies (kernelbench_identity.py with
+# --kernelopt /bin/false writes them without judging), .kb/stubs stands in for the two modules
+# their package imports and never uses in an evaluation (dotenv, litellm); .kb/kb is the whole
+# KernelBench checkout (their src/kernelbench/eval.py).
 versus() {
   stamp "versus"
-  timeout -s INT -k 10 ${VERSUS_CAP:-240} python3 benchmarks/vs_kernelbench.py --kernelbench .kb/kb \
-    --solutions /tmp/identity/generations --problems /tmp/identity/problems --level 1 \
-    --ids "${VERSUS_PROBLEMS:-1,19,23,40,88}" --device cuda --timing-budget 1 --out "$OUT/versus" \
+  PYTHONPATH="$PWD/tests:$PWD/.kb/stubs" timeout -s INT -k 10 ${VERSUS_CAP:-240} python3 benchmarks/vs_kernelbench.py \
+    --kernelbench .kb/kb --solutions .kb/identity/generations --problems .kb/identity/problems --level 1 \
+    --ids "${VERSUS_PROBLEMS:-19,23,40,88,1}" --device cuda --timing-budget 1 --out "$OUT/versus" \
     > "$OUT/versus.log" 2>&1
   stamp "versus rc=$?"; stop_leftovers
 }
@@ -114,13 +153,13 @@ versus() {
 compile() {
   timeout -s INT -k 10 ${COMPILE_CAP:-60} python3 benchmarks/backend_compile.py --backends cuda,cupy,triton \
     --repeats 1 > "$OUT/compile.log" 2>&1
-  stamp "compile rc=$?"
+  stamp "compile rc=$?"; pack
 }
 
 setup
-for phase in timing versus suite corpus compile; do
+for phase in $PHASES; do
   wants $phase && $phase
 done
-stamp "done"
-grep -h -E "^=+ .*(passed|failed)" "$OUT"/suite.log "$OUT"/corpus.log 2>/dev/null
+stamp "done"; pack
+grep -h -E "^=+ .*(passed|failed)" "$OUT"/*.log 2>/dev/null
 grep -c "^=== FAILED" "$OUT/failures.txt" 2>/dev/null
