@@ -21,9 +21,14 @@ def their_evaluator(checkout: str):
     sys.path.insert(0, f"{checkout}/src")
     try:
         from kernelbench.eval import eval_kernel_against_ref
-    except ImportError:
+    except ImportError as newer:
         sys.path.insert(0, checkout)
-        from src.eval import eval_kernel_against_ref
+        try:
+            from src.eval import eval_kernel_against_ref
+        except ImportError as older:
+            # Name the newer layout's failure too: a dependency of theirs missing (on a GPU
+            # machine of 2026-11-28, openai's httpx2) read as "no module src.eval" alone.
+            raise ImportError(f"{older}; kernelbench.eval: {newer}") from None
     return eval_kernel_against_ref
 
 

@@ -9,7 +9,16 @@
 # Needs: the CUDA build of torch, nvcc, cupy and triton (the lent machines' image has them); the
 # Python packages kernelopt needs but the image lacks, as wheels in .whl/ (installed with
 # --no-index: the machine has no network); KernelBench's level-1 problems (v0.1 sizes) in
-# .kb/kb/KernelBench/level1 for the exact copies.
+# .kb/kb/KernelBench/level1 for the exact copies. Prepared here, before the device is started:
+#
+#   bash scripts/gpu_wheels.sh                                    # .whl/
+#   mkdir -p .kb/kb && git -C KERNELBENCH_CLONE archive HEAD | tar -x -C .kb/kb
+#   .venv/bin/python benchmarks/kernelbench_identity.py --kernelbench .kb/kb --level 1 \
+#     --problems 1,4,12,19,23,40,88 --out .kb/identity --kernelopt /bin/false  # copies for versus
+#   mkdir -p .kb/stubs && echo 'def load_dotenv(*a, **k): return False' > .kb/stubs/dotenv.py &&
+#     echo 'def completion(*a, **k): raise RuntimeError("no litellm")' > .kb/stubs/litellm.py
+#
+# with `/.whl/` and `/.kb/` in .git/info/exclude, and both named in the device call's carry.
 #
 # Lessons of the first run (2026-11-27, H200), built in:
 # - timing runs first, alone on the GPU: correctness lanes share it and its CPUs, and what a cap

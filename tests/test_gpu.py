@@ -35,7 +35,9 @@ def test_a_cuda_run_reports_the_gpu_and_the_cuda_timing_method(example):
     result = evaluate(load_problem(example("1_ReLU")), CLAMP, options())
     assert result.status == "correct", result.message
     assert result.environment.device.startswith("cuda") and result.environment.device_name
-    assert result.environment.cuda and "cuda events" in result.timing.method
+    # The host's clock around each window decides (a CUDA event is the candidate's to forge).
+    assert result.environment.cuda and "the host's wall clock" in result.timing.method
+    assert "device-wide synchronize" in result.timing.method
 
 
 def test_same_kernel_measures_stably_across_evaluations(example):
