@@ -410,6 +410,7 @@ def test_a_cuda_slot_exported_by_one_process_is_mapped_by_another():
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_on_a_gpu_an_exact_copy_goes_through_the_slots_and_reads_one():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")

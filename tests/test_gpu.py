@@ -40,6 +40,7 @@ def test_a_cuda_run_reports_the_gpu_and_the_cuda_timing_method(example):
     assert "device-wide synchronize" in result.timing.method
 
 
+@pytest.mark.gpu_timing
 def test_same_kernel_measures_stably_across_evaluations(example):
     problem = load_problem(example("4_RedundantSoftmax"))
     source = problem.source.replace("class Model(", "class ModelNew(")

@@ -183,14 +183,16 @@ def clock_method(device: str, cand: list[SideRound], transport: str = commands.F
                  compared_on_device: bool = False) -> str:
     """Which of the host's clocks decided and how a call's data travelled, in words (the same
     for both sides)."""
-    cpu = all(len(side.cpu_ms) == len(side.ms) and side.cpu_ms == side.ms for side in cand)
+    cpu = means.cpu_time_decided(cand)
     clock = ("the worker group's CPU time over each call's window (kernel accounting, read by the host while "
              "the group is frozen), plus the time the candidate's calls spent blocked beyond the reference's"
              if cpu else "the host's wall clock over each call's window")
     sync = "; device-wide synchronize before each answer" if device.startswith("cuda") else ""
     compared = "; the timed outputs compared with the reference's by the keeper, on the device" if compared_on_device else ""
-    return clock + sync + _TRANSPORTS.get(transport, "") + compared + "; the same harness loop on both sides, nothing allowed or charged; disturbed " \
-                          "reference rounds capped"
+    capped = "disturbed reference rounds capped" if cpu else \
+        "disturbed rounds capped on both sides (the candidate's no lower than its median round)"
+    return clock + sync + _TRANSPORTS.get(transport, "") + compared + \
+        "; the same harness loop on both sides, nothing allowed or charged; " + capped
 
 
 def measured_rounds(timer: Timer, per_round: int, round_s: float) -> list[Round]:
