@@ -81,18 +81,39 @@ def test_a_failing_reference_and_one_that_does_not_fit(fast_options):
 
 
 def test_inputs_beyond_the_hosts_memory_budget_do_not_fit(monkeypatch, example, fast_options):
-    # A probe asks for four input sets of 16 MiB each. The host refuses a reply it has no room
-    # for before reading it (KernelBench v0.1 problems with GiBs of inputs ran the host of a
-    # bench run out of memory, and the run died), and the problem is flagged, not the host.
+    # A probe makes its input sets (16 MiB each here) one at a time. The host refuses a reply
+    # it has no room for before reading it (KernelBench v0.1 problems with GiBs of inputs ran
+    # the host of a bench run out of memory, and the run died), and the problem is flagged, not
+    # the host.
     big = problem_from_source(TEMPLATE.replace("torch.randn(64, 256)", "torch.randn(4096, 1024)")
                               .format(init="        pass", forward="        return x"), path="level1/9_Big.py")
-    resident = int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    monkeypatch.setenv("KERNELOPT_HOST_MEMORY", str(resident + (32 << 20)))
+    def resident() -> int:
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    monkeypatch.setenv("KERNELOPT_HOST_MEMORY", str(resident() + (8 << 20)))
     health = health_of(big, fast_options)
     assert health.flags == ["does_not_fit"], health.details
     assert "out of memory on the host" in health.details[0] and "KERNELOPT_HOST_MEMORY" in health.details[0]
-    monkeypatch.setenv("KERNELOPT_HOST_MEMORY", str(resident + (512 << 20)))
+    monkeypatch.setenv("KERNELOPT_HOST_MEMORY", str(resident() + (512 << 20)))
     assert health_of(big, fast_options).healthy
+
+
+def test_a_probe_makes_one_input_set_at_a_time_and_calls_twice_on_the_repeated_one(monkeypatch, example,
+                                                                                   fast_options):
+    from kernelopt.sandbox.conversation import Conversation
+
+    asked: list[list[int]] = []
+    make_inputs = Conversation.make_inputs
+
+    def recording(self, seeds):
+        asked.append(list(seeds))
+        return make_inputs(self, seeds)
+
+    monkeypatch.setattr(Conversation, "make_inputs", recording)
+    assert health_of(load_problem(example("1_ReLU")), fast_options).healthy
+    # Seeds a, a, b, c: a's set serves both of its calls. Four sets at once passed a worker's
+    # 47 GiB on an H200 for KernelBench's 4_Matrix_vector_multiplication_ (8 GiB of inputs).
+    assert [len(seeds) for seeds in asked] == [1, 1, 1]
 
 
 def test_judging_still_works_after_a_probe(example, fast_options):

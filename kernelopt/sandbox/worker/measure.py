@@ -130,7 +130,7 @@ def _digest_into(h, obj) -> None:
         t = obj.detach().to("cpu").contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
         if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+            h.update(t.reshape(-1).view(torch.uint8).numpy())  # the buffer itself: no copy of gigabyte inputs
     elif isinstance(obj, (list, tuple)):
         h.update(f"L{len(obj)}".encode())
         for item in obj:
