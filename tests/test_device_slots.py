@@ -410,6 +410,26 @@ def test_a_cuda_slot_exported_by_one_process_is_mapped_by_another():
 
 
 @pytest.mark.gpu
+def test_the_keepers_view_of_host_shared_memory_is_page_locked_for_the_copy_engines():
+    """Placing from pageable memory ran at 3.2 GB/s on an H200 (42 ms between windows for a
+    4096^2 matmul's inputs): the keeper registers the host's shared memory with the driver."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    torch.cuda.init()
+    shared, fd = device_memory.allocate(device_memory.HOST, 64 << 20)
+    os.close(fd)
+    values = torch.randint(0, 256, (shared.size,), dtype=torch.uint8)
+    shared.tensor().copy_(values)
+    assert device_memory.page_lock(shared, 0) and shared.tensor().is_pinned()
+    on_device = shared.tensor().to("cuda")
+    shared.tensor().zero_()
+    shared.tensor().copy_(on_device)
+    assert torch.equal(shared.tensor(), values)
+    shared.close()  # unregistered before the unmap
+    assert not shared.page_locked
+
+
+@pytest.mark.gpu
 @pytest.mark.gpu_timing
 def test_on_a_gpu_an_exact_copy_goes_through_the_slots_and_reads_one():
     if not torch.cuda.is_available():

@@ -21,6 +21,9 @@ worker. For every call it then does, with the worker frozen:
 So on a GPU nothing the verdict uses comes from a copy the candidate's process made of its own
 outputs, and no per-call copy through host memory lies inside a window.
 
+On a GPU the host's shared memory is page-locked here when `share` maps it (registered with the
+driver), so `place` and the copies to the host run on the copy engines straight from it.
+
 Commands (JSON frames, wire.py; descriptors beside them on a unix socket): alloc, share, place,
 take, give, forget, free, quit. Times are time.perf_counter (CLOCK_MONOTONIC on Linux: the host's clock too).
 """
@@ -70,8 +73,10 @@ class Keeper:
         if len(fds) != 1:
             raise ValueError("no descriptor came with `share`")
         self._drop(self.shared, msg["name"])
-        self.shared[msg["name"]] = device_memory.open_slot(device_memory.HOST, fds[0], int(msg["size"]))
-        return {"ok": True}
+        mapping = device_memory.open_slot(device_memory.HOST, fds[0], int(msg["size"]))
+        self.shared[msg["name"]] = mapping
+        locked = self.kind == device_memory.CUDA and device_memory.page_lock(mapping, self.device_index)
+        return {"ok": True, "page_locked": locked}
 
     def place(self, msg: dict) -> dict:
         at, size = int(msg["at"]), int(msg["size"])

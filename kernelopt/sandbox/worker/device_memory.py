@@ -41,6 +41,7 @@ class Mapping:
                  host_map: mmap.mmap | None = None, handle: int = 0):
         self.kind, self.size, self.device_index = kind, size, device_index
         self.pointer, self.host_map, self.handle = pointer, host_map, handle
+        self.page_locked = False  # a HOST mapping registered with the CUDA driver (page_lock)
         self._tensor: torch.Tensor | None = None
 
     @property
@@ -60,6 +61,9 @@ class Mapping:
         return self._tensor
 
     def close(self) -> None:
+        if self.page_locked:  # before the unmap: the driver must not keep pages it was given
+            _cuda().cuMemHostUnregister(ctypes.c_void_p(self.pointer))
+            self.page_locked, self.pointer = False, 0
         self._tensor = None
         if self.kind == HOST:
             if self.host_map is not None:
@@ -116,6 +120,23 @@ def open_slot(kind: str, fd: int, size: int, device_index: int = 0) -> Mapping:
         return _map_cuda(handle.value, size, device_index)
     finally:
         os.close(fd)
+
+
+def page_lock(mapping: Mapping, device_index: int) -> bool:
+    """Register a HOST mapping (the host's shared memory, in the keeper) with the CUDA driver, so
+    copies between it and the device run on the copy engines straight from it. From pageable
+    memory the driver stages every copy: placing a 4096^2 matmul's 134 MB of inputs took 42 ms
+    on an H200 (3.2 GB/s), between every two windows. False where the driver refuses: the
+    copies then stay as they were."""
+    if mapping.kind != HOST or mapping.page_locked:
+        return mapping.page_locked
+    _current_context(device_index)
+    pointer = mapping.tensor().data_ptr()
+    status = _cuda().cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(mapping.size),
+                                          ctypes.c_uint(0))
+    if status == 0:
+        mapping.page_locked, mapping.pointer = True, pointer
+    return mapping.page_locked
 
 
 # -- the CUDA driver's virtual memory management, through ctypes -------------------------------
