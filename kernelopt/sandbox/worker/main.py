@@ -34,7 +34,7 @@ from . import commands, wire
 from .cupy_hook import CupyCompiles
 from .extensions import ExtensionTracker
 from .settings import environment, library_settings, prepare_process, probe_cuda_driver
-from .turns import harness_only, pinned_to, harness_turn, program_code
+from .turns import harness_only, pinned_to, harness_turn, program_code, unpin
 
 if TYPE_CHECKING:  # annotations only: the worker imports torch and its own modules when it needs them
     import mmap
@@ -418,6 +418,8 @@ def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None, fds
         command = msg.get("cmd")
         if command == commands.QUIT:
             return
+        if command != commands.CALL:
+            unpin()  # a timed call left this thread on its core: the other steps run unpinned
         blobs: list[bytes] = []
         try:
             handler = _HANDLERS.get(command) if isinstance(command, str) else None
