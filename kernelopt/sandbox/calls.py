@@ -106,10 +106,13 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     # the worker and reading the clocks lies outside the window, and left out of the call's
     # blocked time it would hide as much of a sleep (CI saw a 3 ms sleep read 2.2 ms blocked).
     host_waited_after = host_runqueue_wait_ms() if cpu_clock else None
+    # The worker's wait for a core up to the answer too: after answering it may wait for the
+    # core it shares with the host's late read, and counted past the answer that wait was
+    # taken from the window twice (a 3 ms sleep read near 0 ms blocked now and then).
+    waited_after = worker.runqueue_wait_ms() if cpu_clock else None
     worker.freeze()
     frozen = time.perf_counter()
     cpu_after = worker.cpu_seconds() if cpu_clock else None
-    waited_after = worker.runqueue_wait_ms() if cpu_clock else None
     parsed = _parse(conversation, worker, reply, input_set.seed)
     end, device_inputs_held, comparison = frozen if transport == commands.MEMORY else answered, None, None
     # Outputs stay with the keeper only where the answer put them in the device slot.
