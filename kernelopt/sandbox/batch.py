@@ -200,16 +200,16 @@ class Evaluator:
         try:
             self._request_ok(worker, load, deadline)
             records = []
-            made: dict[int, InputSet] = {}
+            input_set: InputSet | None = None
             for seed in seeds:
                 # One input set alive at a time (KernelBench's 4_Matrix_vector_multiplication_
                 # at v0.1 has 8 GiB of inputs: four sets at once passed a worker's 47 GiB limit
                 # on an H200), and a repeated seed's set reused, not made again: no reseeding
                 # between the two calls, so a program drawing random numbers shows it.
-                if seed not in made:
-                    made.clear()
-                    made[seed] = conversation.make_inputs([seed])[0]
-                call = run_call(conversation, worker, made[seed], transport=transport, device=self.device)
+                if input_set is None or input_set.seed != seed:
+                    input_set = None  # dropped before the next is made
+                    input_set = conversation.make_inputs([seed])[0]
+                call = run_call(conversation, worker, input_set, transport=transport, device=self.device)
                 records.append({"seed": call.record.seed, "ms": call.record.ms,
                                 "meta": [list(m) for m in call.record.meta],
                                 "fingerprints": [fingerprint(t) for t in call.outputs]})

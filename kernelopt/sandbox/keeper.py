@@ -75,8 +75,9 @@ class Keeper:
         self._drop(self.shared, msg["name"])
         mapping = device_memory.open_slot(device_memory.HOST, fds[0], int(msg["size"]))
         self.shared[msg["name"]] = mapping
-        locked = self.kind == device_memory.CUDA and device_memory.page_lock(mapping, self.device_index)
-        return {"ok": True, "page_locked": locked}
+        if self.kind == device_memory.CUDA:
+            device_memory.page_lock(mapping, self.device_index)  # refused: the copies stay pageable
+        return {"ok": True}
 
     def place(self, msg: dict) -> dict:
         at, size = int(msg["at"]), int(msg["size"])
