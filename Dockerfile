@@ -90,7 +90,7 @@ ENV PATH=/opt/venv/bin:/opt/venv/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sb
 
 # The worker protocol this image speaks; the host refuses an image whose number differs from
 # kernelopt/sandbox/worker/wire.py's PROTOCOL_VERSION (tests/test_dockerfile.py keeps them equal).
-LABEL org.kernelopt.worker-protocol="6"
+LABEL org.kernelopt.worker-protocol="7"
 ARG FLAVOUR=gpu
 LABEL org.kernelopt.flavour="${FLAVOUR}"
 COPY kernelopt/sandbox/worker/ /opt/kernelopt/worker/

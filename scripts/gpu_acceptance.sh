@@ -29,7 +29,7 @@
 # - a v0.1 evaluation (4096^2 matmul) takes over 50 s there: eval caps are generous.
 set -u
 OUT=${OUT:?set OUT to a folder for the logs}
-PHASES=${PHASES:-trace slots gpucases versus evalp1 identity stability suite corpus compile}
+PHASES=${PHASES:-trace slots gpucases spy versus evalp1 identity stability suite corpus compile}
 IDENTITY_PROBLEMS=${IDENTITY_PROBLEMS:-19,23,1,40,47,88,95,4,12,42,36,54,63,97,24,9,26,50,82,99}
 export PYTHONUNBUFFERED=1 PYTHONPATH=tests LIVE_REPORT="$OUT/failures.txt"
 start=$(date +%s)
@@ -79,6 +79,19 @@ trace() {
   timeout -k 5 ${TRACE_CAP:-150} python3 benchmarks/call_trace.py --problem $p/1_Square_matrix_multiplication_.py \
     --device cuda --timing-budget 2 --timeout 140 --json "$OUT/trace_p1.json" > "$OUT/trace_p1.txt" 2>&1
   stamp "trace p1 rc=$?"; stop_leftovers
+}
+
+# Where a window's time goes inside the workers (I3 on the GPU: a 5.2 ms window held 2.3 ms beyond
+# the 2.9 ms product on 2026-11-28): py-spy (a wheel in .whl/) samples the host, the keeper and both
+# workers of the same trace, unsandboxed (`--isolation none`, so their processes are the host's to
+# read), without pausing them; collapsed stacks per process in spy_p1.txt.
+spy() {
+  local p=.kb/kb/KernelBench/level1
+  stamp "spy p1"
+  timeout -k 5 ${SPY_CAP:-120} py-spy record --subprocesses --nonblocking --idle --rate 500 --format raw \
+    --output "$OUT/spy_p1.txt" -- python3 benchmarks/call_trace.py --problem $p/1_Square_matrix_multiplication_.py \
+    --device cuda --timing-budget 2 --timeout 110 --isolation none > "$OUT/spy_trace_p1.txt" 2>&1
+  stamp "spy p1 rc=$?"; stop_leftovers
 }
 
 # The same copy through the CLI, its whole verdict as users see it.

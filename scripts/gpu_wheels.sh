@@ -3,12 +3,13 @@
 # versions this checkout's venv runs, into .whl/ (ignored by git; carry it with the device call).
 # scripts/gpu_acceptance.sh installs them with --no-index. The image (docs/gpu.md) already has
 # torch, numpy, jinja2, rich, pygments, ninja, httpx, anyio, h11, certifi, requests, tqdm, pytest,
-# pytest-xdist and hypothesis; openai 3.x needs httpx2 (not httpx), which the image lacks.
+# pytest-xdist and hypothesis; openai 3.x needs httpx2 (not httpx), which the image lacks. py-spy
+# is for gpu_acceptance.sh's `spy` phase (a sampling profiler: a binary wheel, no dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP=${PIP:-.venv/bin/pip}  # the venv whose versions to match
 PACKAGES="pydantic pydantic_core annotated-types typing-inspection typing_extensions openai httpx2 httpcore2
-  truststore jiter sniffio tenacity fastapi starlette uvicorn"
+  truststore jiter sniffio tenacity fastapi starlette uvicorn py-spy"
 pins=()
 for name in $PACKAGES; do
   version=$("$PIP" show "$name" 2>/dev/null | sed -n "s/^Version: //p" || true)

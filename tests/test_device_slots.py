@@ -20,7 +20,7 @@ import torch
 
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import EvalOptions, device_slots, evaluate
-from kernelopt.sandbox.process import InputSlot
+from kernelopt.sandbox.input_files import InputSlot
 from kernelopt.sandbox.worker import commands, device_memory, transfer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ STRIDE = 107  # KernelBench's partial-computation hack at v0.1's sizes
 
 def input_set(tensors, seed: int = 1) -> InputSet:
     spec, packed = transfer.pack(tensors)
-    return InputSet(seed=seed, spec=spec, digest="", packed=bytes(packed))
+    return InputSet(seed=seed, spec=spec, packed=bytes(packed))
 
 
 def unpacked(s: InputSet):
@@ -114,6 +114,10 @@ def test_large_inputs_are_kept_by_their_seed():
     large = input_set([torch.zeros(every_element.KEEP_BYTES // 8)], seed=77)
     kept.offer(large, _call([torch.ones(3)]), _call([torch.ones(3)]))
     assert kept.calls[0].input_set is None and kept.calls[0].seed == 77 and kept.calls[0].candidate[0].sum() == 3
+    # made again from the seed, the set must come out the same: the digest of its spec and bytes tells
+    assert kept.calls[0].digest == input_set([torch.zeros(every_element.KEEP_BYTES // 8)], seed=5).digest()
+    assert kept.calls[0].digest != input_set([torch.ones(every_element.KEEP_BYTES // 8)], seed=77).digest()
+    assert kept.calls[0].digest != input_set([torch.zeros(every_element.KEEP_BYTES // 16, 2)], seed=77).digest()
 
 
 def test_calls_too_large_to_keep_are_not_kept():

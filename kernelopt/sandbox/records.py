@@ -8,6 +8,9 @@ Records hold data only. The rules (sandbox/rules/) are functions of them; the co
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -52,12 +55,19 @@ class CallRecord:
 @dataclass
 class InputSet:
     """One call's inputs as the reference worker made them: packed bytes the host hands to a
-    worker for exactly one call, the spec that unpacks them and the digest of their values."""
+    worker for exactly one call, and the spec that unpacks them."""
 
     seed: int
     spec: object
-    digest: str
     packed: bytes
+
+    def digest(self) -> str:
+        """SHA-256 of the spec and the packed values, taken on the host where it is needed (the
+        every-element check, for sets it makes again from their seeds): computed for every set
+        in the reference worker it was a quarter of a large set's making."""
+        h = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode())
+        h.update(self.packed)
+        return h.hexdigest()
 
 
 @dataclass
@@ -120,10 +130,27 @@ class SideRound:
 Round = tuple[SideRound, SideRound]
 
 
-def input_sets(problem: Problem, seeds: list[int], reply: dict, blobs: list[bytes]) -> list[InputSet]:
-    """The reference worker's answer to `inputs` for `seeds`, one InputSet per seed."""
+def input_sets(problem: Problem, seeds: list[int], reply: dict, blobs: list[bytes],
+               take: Callable[[object, object], bytes | None] | None = None) -> list[InputSet]:
+    """The reference worker's answer to `inputs` for `seeds`, one InputSet per seed: each set
+    either in the host's outbox (`take` copies it out by the reply's offset and size) or, in
+    order, one of the reply's blobs."""
     sets = reply.get("sets")
-    if not isinstance(sets, list) or len(sets) != len(seeds) or len(blobs) != len(seeds):
+    if not isinstance(sets, list) or len(sets) != len(seeds):
         raise ProblemError(problem.path, "the reference worker sent too few input sets")
-    return [InputSet(seed=seed, spec=meta.get("spec"), digest=str(meta.get("digest")), packed=blob)
-            for seed, meta, blob in zip(seeds, sets, blobs)]
+    remaining = iter(blobs)
+    made = []
+    for seed, meta in zip(seeds, sets):
+        meta = meta if isinstance(meta, dict) else {}
+        if "at" in meta:
+            packed = take(meta["at"], meta.get("nbytes")) if take is not None else None
+            if packed is None:
+                raise ProblemError(problem.path, "the reference worker put an input set outside its outbox")
+        else:
+            packed = next(remaining, None)
+            if packed is None:
+                raise ProblemError(problem.path, "the reference worker sent too few input sets")
+        made.append(InputSet(seed=seed, spec=meta.get("spec"), packed=packed))
+    if next(remaining, None) is not None:
+        raise ProblemError(problem.path, "the reference worker sent more input sets than asked for")
+    return made

@@ -21,7 +21,8 @@ from kernelopt.sandbox.conversation import Conversation
 from kernelopt.sandbox.device_slots import OnDevice
 from kernelopt.sandbox.every_element import Kept
 from kernelopt.sandbox.physics import Floor
-from kernelopt.sandbox.process import PLACEMENT_WINDOW_BYTES, WorkerProcess
+from kernelopt.sandbox.input_files import PLACEMENT_WINDOW_BYTES
+from kernelopt.sandbox.process import WorkerProcess
 from kernelopt.sandbox.records import InputSet, Round, SideRound
 from kernelopt.sandbox.results import Check, EvalOptions, Timing
 from kernelopt.sandbox.timing import means, stats

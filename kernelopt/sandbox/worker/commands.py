@@ -6,7 +6,8 @@ message is a JSON frame (wire.py); `call` and `profile` frames carry one call's 
 in the input slot or as the frame's blob.
 
     load     the problem (and the candidate) from the scratch directory; the model from the init seed
-    inputs   the reference only: one input set per seed (blobs), with its spec and digest
+    inputs   the reference only: one input set per seed, with its spec: in the host's outbox where
+             the message names one (sandbox/outbox.py), else as the reply's blobs
     call     one call's window: its inputs (in the input slot, or the frame's blob), run once, and
              the outputs described for the host to take (read from memory, or sent as blobs)
     labels   what the program built and changed, and the guard's findings (advisory)

@@ -86,6 +86,7 @@ class Worker:
         self.inputs_map: mmap.mmap | None = None  # the host's input slot (shared memory), when it gave one
         self.descriptors: socket.socket | None = None  # where the host passes the device slots' descriptors
         self.device_slots: tuple = ()  # (input slot, output slot): device_memory.Mapping, once mapped
+        self.outbox_fd: int | None = None  # the host's shared memory for input sets (make_inputs)
         self.load_message: dict = {}  # the last `load`, for the profiling pass's child process
         import torch
 
@@ -162,27 +163,68 @@ class Worker:
     def make_inputs(self, msg: dict) -> tuple[dict, list[bytes]]:
         """The reference's input sets for the host's seeds, packed (see transfer.py): the host
         hands them to both workers, one call at a time. Only the reference worker makes
-        inputs: no step of input generation runs where a candidate's code could reach it."""
+        inputs: no step of input generation runs where a candidate's code could reach it. Sets
+        that fit go into the host's outbox where the message names one (shared memory of the
+        host's: no pipe to cross), one after another; the rest come as the reply's blobs."""
         from . import measure, transfer
 
         if self.role != "reference":
             raise WorkerFailure("protocol", "only the reference worker makes inputs")
         problem = _after_load(self.problem)
-        sets, blobs = [], []
-        for seed in msg["seeds"]:
-            try:
-                measure.set_seed(seed)
-                inputs = problem.get_inputs()
-                with harness_only():
-                    spec, packed = transfer.pack(inputs)
-                    digest = measure.digest(inputs)
-            except transfer.TransferError as exc:
-                raise WorkerFailure("problem_error", str(exc)) from None
-            except BaseException as exc:
-                raise WorkerFailure("problem_error", "get_inputs() raised " + _describe(exc)) from None
-            sets.append({"seed": seed, "spec": spec, "digest": digest})
-            blobs.append(packed)
+        outbox = self._outbox(msg.get("outbox"))
+        sets: list[dict] = []
+        blobs: list[bytes] = []
+        at = 0
+        try:
+            for seed in msg["seeds"]:
+                try:
+                    measure.set_seed(seed)
+                    inputs = problem.get_inputs()
+                    with harness_only():
+                        spec, placed, size = transfer.plan(inputs)
+                        start = at + (-at) % 64
+                        if outbox is not None and start + size <= len(outbox):
+                            transfer.fill(placed, outbox, start)
+                            sets.append({"seed": seed, "spec": spec, "at": start, "nbytes": size})
+                            at = start + size
+                            continue
+                        packed = bytearray(size)  # bytes-like, as transfer.pack's
+                        transfer.fill(placed, packed, 0)
+                except transfer.TransferError as exc:
+                    raise WorkerFailure("problem_error", str(exc)) from None
+                except BaseException as exc:
+                    raise WorkerFailure("problem_error", "get_inputs() raised " + _describe(exc)) from None
+                sets.append({"seed": seed, "spec": spec})
+                blobs.append(packed)  # type: ignore[arg-type]
+        finally:
+            if outbox is not None:  # mapped for each request only: its pages are not this worker's memory between
+                try:
+                    outbox.close()
+                except BufferError:  # a view of it still alive: unmapped when that goes
+                    pass
         return {"ok": True, "sets": sets}, blobs
+
+    def _outbox(self, request) -> mmap.mmap | None:
+        """The host's outbox mapped for one request: {"size": bytes, "new": whether its descriptor
+        came beside this frame (it replaces the one kept)}; None without one."""
+        import mmap
+
+        if not isinstance(request, dict) or not isinstance(request.get("size"), int) or request["size"] <= 0:
+            return None
+        if request.get("new"):
+            if self.descriptors is None:
+                raise WorkerFailure("protocol", "this worker has no descriptor channel")
+            _, fds, _, _ = socket.recv_fds(self.descriptors, 1, 1)
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise WorkerFailure("protocol", f"{len(fds)} descriptor(s) came with a new outbox, not 1")
+            if self.outbox_fd is not None:
+                os.close(self.outbox_fd)
+            self.outbox_fd = fds[0]
+        if self.outbox_fd is None or os.fstat(self.outbox_fd).st_size < request["size"]:
+            raise WorkerFailure("protocol", "an outbox this worker was not given")
+        return mmap.mmap(self.outbox_fd, request["size"])
 
     def call(self, msg: dict, blobs: list[bytes]) -> tuple[dict, list]:
         """One call's window, the thin loop's only step: unpack the inputs the host placed

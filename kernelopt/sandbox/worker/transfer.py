@@ -44,14 +44,26 @@ def pack(inputs) -> tuple[object, bytes]:
     dense layouts) strides, on the CPU. Each tensor's bytes are copied once, straight into the
     buffer (gigabyte inputs: a copy per tensor and another to join them made a problem whose
     inputs are a third of the worker's memory limit not fit)."""
+    spec, placed, size = plan(inputs)
+    buffer = bytearray(size)
+    fill(placed, buffer, 0)
+    return spec, buffer  # type: ignore[return-value]  # bytes-like; a bytes() copy would double it
+
+
+def plan(inputs) -> tuple[object, list[tuple[int, torch.Tensor]], int]:
+    """(spec, placed, size) of an input nest: each tensor's contiguous CPU values and its offset
+    in a packed buffer of `size` bytes (pack, or fill into a buffer of the caller's)."""
     placed: list[tuple[int, torch.Tensor]] = []
     size = [0]
     spec = _plan(inputs, placed, size)
-    buffer = bytearray(size[0])
+    return spec, placed, size[0]
+
+
+def fill(placed: list[tuple[int, torch.Tensor]], buffer, at: int) -> None:
+    """Copy the planned tensors into the writable `buffer`, the packed set starting at byte `at`."""
     for offset, values in placed:
         raw = _view(_reshape(values, (-1,)), _uint8)
-        _copy(_frombuffer(buffer, dtype=_uint8, count=raw.numel(), offset=offset), raw)
-    return spec, buffer  # type: ignore[return-value]  # bytes-like; a bytes() copy would double it
+        _copy(_frombuffer(buffer, dtype=_uint8, count=raw.numel(), offset=at + offset), raw)
 
 
 def _plan(obj, placed: list[tuple[int, torch.Tensor]], size: list[int]):

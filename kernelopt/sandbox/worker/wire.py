@@ -11,15 +11,17 @@ every message from a candidate worker as untrusted input).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
 import time
 from collections.abc import Callable, Sequence
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 MAX_HEADER_BYTES = 16 << 20
 ROOM_CHECKED_ABOVE = 1 << 20  # bytes of blobs in one frame before the reader asks for room
+PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged process (fs.pipe-max-size)
 
 
 class ChannelClosed(EOFError):
@@ -40,6 +42,18 @@ class BlobsTooLarge(ProtocolError):
     def __init__(self, size: int, limit: int):
         super().__init__(f"blobs total {size} bytes, over {limit}")
         self.size, self.limit = size, limit
+
+
+def pipe() -> tuple[int, int]:
+    """A pipe (read end, write end) whose buffer holds PIPE_BYTES where the kernel allows it:
+    with the default 64 KiB, a 134 MB blob took 270 ms to cross, with 1 MiB 150 ms (the 2-core
+    VM), each refill of the buffer a wake-up of the reader."""
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (OSError, AttributeError):  # over the ceiling, or not Linux: the default buffer
+        pass
+    return read_end, write_end
 
 
 def encode_header(header: dict, blobs: Sequence[bytes] = ()) -> bytes:
