@@ -398,3 +398,40 @@ def test_where_the_cpu_time_decides_the_candidates_rounds_count_in_full():
     cand = [SideRound(ms=[m], wall_ms=[m * 1.2], cpu_ms=[m]) for m in steady]
     ref = [SideRound(ms=[1.0], wall_ms=[1.2], cpu_ms=[1.0]) for _ in steady]
     assert side_means(cand, ref)[0] == steady
+
+
+def test_every_timed_call_has_a_new_set_and_a_turns_untimed_first_call_the_last_rounds(
+        monkeypatch, example, fast_options):
+    """Where making a set costs more than the call, a round needs one set, not two: each
+    turn's untimed first call takes the previous round's last set again (both sides answered
+    it), while every timed call's set is one no call has had before."""
+    from kernelopt.sandbox.timing import rounds
+
+    turns: list[tuple[int, list[int]]] = []  # (round number, seeds of one side's turn)
+    original_round, original_call = rounds.timed_round, rounds.run_call
+    current: list[int] = []
+
+    def round_(timer, calls, number):
+        nonlocal current
+        result = original_round(timer, calls, number)
+        half = len(current) // 2
+        turns.extend([(number, current[:half]), (number, current[half:])])
+        current = []
+        return result
+
+    def call(conversation, worker, input_set, *args, **kwargs):
+        current.append(input_set.seed)
+        return original_call(conversation, worker, input_set, *args, **kwargs)
+
+    monkeypatch.setattr(rounds, "timed_round", round_)
+    monkeypatch.setattr(rounds, "run_call", call)
+    problem = example("1_ReLU")
+    result = evaluate(load_problem(problem), problem.read_text().replace("class Model(", "class ModelNew("),
+                      fast_options())
+    assert result.correct, result.message
+    rounds_seen = [seeds for _, seeds in turns[::2]]
+    assert len(rounds_seen) >= 4 and all(seeds == other for (_, seeds), (_, other) in zip(turns[::2], turns[1::2]))
+    timed = [seed for seeds in rounds_seen for seed in seeds[1:]]
+    assert len(timed) == len(set(timed)) and not set(timed) & {rounds_seen[0][0]}
+    for before, after in zip(rounds_seen, rounds_seen[1:]):
+        assert after[0] == before[-1]  # the untimed first call: the last round's last set again
