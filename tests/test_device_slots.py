@@ -269,10 +269,10 @@ def test_an_exact_copy_is_judged_through_the_slots(monkeypatch):
             on_host_in_rounds.append(1)
         return compare_outputs(*args, **kwargs)
 
-    def counted_round(timer, cand, ref):
+    def counted_round(timer, cand, ref, **kwargs):
         inside.append(1)
         try:
-            return compare_round(timer, cand, ref)
+            return compare_round(timer, cand, ref, **kwargs)
         finally:
             inside.clear()
             rounds_compared.append(len(cand))

@@ -21,6 +21,7 @@ import pytest
 
 from kernelopt.kernelbench import ProblemError, problem_from_source
 from kernelopt.sandbox import Evaluator, containment, evaluate, process
+from kernelopt.sandbox.conversation import Conversation
 
 # Each input set is 16 MiB: the reference's reply with the trials' input sets needs far more
 # room than the faked machine leaves.
@@ -167,6 +168,31 @@ def test_a_problem_too_large_for_the_machine_stays_the_problems_error(monkeypatc
     with Evaluator(problem, fast_options(), keep_spare=False) as evaluator:
         with pytest.raises(ProblemError, match="out of memory on the host"):
             evaluator.evaluate(HONEST)
+
+
+def test_sets_the_reference_puts_in_its_outbox_need_room_on_the_host_as_blobs_do(monkeypatch, problem,
+                                                                                fast_options):
+    """Past its first candidate a warm reference's sets come through its outbox (sandbox/outbox.py),
+    not as blobs the reader checks for room: copying them out is refused the same way."""
+    claimed: list[int] = []
+    original = process.WorkerProcess.claim_room
+    monkeypatch.setattr(process.WorkerProcess, "claim_room",
+                        lambda self, needed: claimed.append(needed) or original(self, needed))
+    with Evaluator(problem, fast_options(), keep_spare=False) as evaluator:
+        assert evaluator.evaluate(HONEST).status == "correct"
+        assert claimed and min(claimed) >= 2048 * 2048 * 4
+        claimed.clear()
+        original_make = Conversation.make_inputs
+
+        def short_while_making_inputs(self, seeds):
+            with monkeypatch.context() as patch:
+                short_of_memory(patch)
+                return original_make(self, seeds)
+
+        monkeypatch.setattr(Conversation, "make_inputs", short_while_making_inputs)
+        with pytest.raises(ProblemError, match="out of memory on the host"):
+            evaluator.evaluate(HONEST)
+        assert claimed  # refused at the outbox, not at a reply's blobs
 
 
 def test_the_rule_blames_only_memory_that_made_the_difference():

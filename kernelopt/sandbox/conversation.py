@@ -132,6 +132,11 @@ class Conversation:
         reply, blobs = self.ask(self.reference, message)
         self.reference.freeze()
         outbox = self.reference.outbox if request is not None else None
+        if outbox is not None:
+            try:
+                self.reference.claim_room(_outbox_bytes(reply))
+            except HostOutOfRoom as exc:
+                raise self.attribute(self.reference, exc) from None
         sets = input_sets(self.problem, seeds, reply, blobs, outbox.take if outbox is not None else None)
         self.reference.set_bytes = max([self.reference.set_bytes, *(len(s.packed) for s in sets)])
         return sets
@@ -162,3 +167,11 @@ class Conversation:
         self.remember_labels(reply)
         violations = reply.get("violations")
         rules.enforce(rules.guard_findings(violations if isinstance(violations, list) else []), findings)
+
+
+def _outbox_bytes(reply: dict) -> int:
+    """The bytes of the sets a reply to `inputs` says it put in the outbox (input_sets checks
+    each against the outbox)."""
+    sets = reply.get("sets")
+    return sum(meta["nbytes"] for meta in (sets if isinstance(sets, list) else [])
+               if isinstance(meta, dict) and "at" in meta and isinstance(meta.get("nbytes"), int) and meta["nbytes"] > 0)

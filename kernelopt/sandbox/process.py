@@ -302,17 +302,28 @@ class WorkerProcess:
         except wire.ChannelClosed:
             raise self._blame(self._death()) from None
         except wire.BlobsTooLarge as exc:
-            budget_room, available_room = room_parts()
-            worker_bytes = self.contained.memory_bytes()
-            self.kill()
-            raise HostOutOfRoom(f"{self.role} worker's reply needs {exc.size / 2**30:.2f} GiB of the host's memory, "
-                             f"which has room for {exc.limit / 2**30:.2f} GiB more (its budget is "
-                             f"{host_memory_budget() / 2**30:.2f} GiB, 3/8 of the RAM unless KERNELOPT_HOST_MEMORY "
-                             "sets it, and 1/16 of the RAM is kept available for the workers): out of memory on "
-                             "the host", exc.size, budget_room, available_room, worker_bytes) from None
+            raise self._out_of_room(exc.size, exc.limit) from None
         except wire.ProtocolError as exc:
             self.kill()
             raise self._blame(WorkerDied(f"{self.role} worker broke the protocol: {exc}")) from None
+
+    def claim_room(self, needed: int) -> None:
+        """Room in the host's memory for `needed` bytes of this worker's (input sets it put in
+        the outbox, copied out next), as a reply's blobs must have: HostOutOfRoom otherwise."""
+        room = host_memory_room(needed)
+        if room < needed:
+            raise self._out_of_room(needed, room)
+
+    def _out_of_room(self, needed: int, room: int) -> HostOutOfRoom:
+        """The worker is killed: what it sent cannot be taken (the conversation blames it)."""
+        budget_room, available_room = room_parts()
+        worker_bytes = self.contained.memory_bytes()
+        self.kill()
+        return HostOutOfRoom(f"{self.role} worker's reply needs {needed / 2**30:.2f} GiB of the host's memory, "
+                             f"which has room for {room / 2**30:.2f} GiB more (its budget is "
+                             f"{host_memory_budget() / 2**30:.2f} GiB, 3/8 of the RAM unless KERNELOPT_HOST_MEMORY "
+                             "sets it, and 1/16 of the RAM is kept available for the workers): out of memory on "
+                             "the host", needed, budget_room, available_room, worker_bytes)
 
     def _blame(self, failure: Exception) -> Exception:
         """What a worker's death or silence (`failure`) is blamed on. A container's worker looks

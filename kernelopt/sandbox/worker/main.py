@@ -212,19 +212,24 @@ class Worker:
         if not isinstance(request, dict) or not isinstance(request.get("size"), int) or request["size"] <= 0:
             return None
         if request.get("new"):
-            if self.descriptors is None:
-                raise WorkerFailure("protocol", "this worker has no descriptor channel")
-            _, fds, _, _ = socket.recv_fds(self.descriptors, 1, 1)
-            if len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
-                raise WorkerFailure("protocol", f"{len(fds)} descriptor(s) came with a new outbox, not 1")
+            fd, = self._descriptors(1, "a new outbox")
             if self.outbox_fd is not None:
                 os.close(self.outbox_fd)
-            self.outbox_fd = fds[0]
+            self.outbox_fd = fd
         if self.outbox_fd is None or os.fstat(self.outbox_fd).st_size < request["size"]:
             raise WorkerFailure("protocol", "an outbox this worker was not given")
         return mmap.mmap(self.outbox_fd, request["size"])
+
+    def _descriptors(self, count: int, what: str) -> list[int]:
+        """The `count` descriptors the host sent beside this frame, for `what`."""
+        if self.descriptors is None:
+            raise WorkerFailure("protocol", "this worker has no descriptor channel")
+        _, fds, _, _ = socket.recv_fds(self.descriptors, 1, count)
+        if len(fds) != count:
+            for fd in fds:
+                os.close(fd)
+            raise WorkerFailure("protocol", f"{len(fds)} descriptor(s) came with {what}, not {count}")
+        return fds
 
     def call(self, msg: dict, blobs: list[bytes]) -> tuple[dict, list]:
         """One call's window, the thin loop's only step: unpack the inputs the host placed
@@ -287,13 +292,7 @@ class Worker:
         output), in place of any mapped before."""
         from . import device_memory
 
-        if self.descriptors is None:
-            raise WorkerFailure("protocol", "this worker has no descriptor channel")
-        _, fds, _, _ = socket.recv_fds(self.descriptors, 1, 2)
-        if len(fds) != 2:
-            for fd in fds:
-                os.close(fd)
-            raise WorkerFailure("protocol", f"{len(fds)} descriptor(s) came with `slots`, not 2")
+        fds = self._descriptors(2, "`slots`")
         index = msg.get("device_index", 0)
         if not isinstance(index, int):
             raise WorkerFailure("protocol", "a device index that is not a number")
