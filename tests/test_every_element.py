@@ -388,7 +388,8 @@ def test_with_the_check_off_the_referee_passes_a_strided_subsample():
 
     problem, source = _corpus_case("MSELossScaled", "hacks/estimate_strided_subsample_loss.py")
     result = evaluate(problem, source, EvalOptions(device="cpu", timing_budget=1, min_timed_calls=5, element_checks=0))
-    assert result.status == "correct" and result.speedup > 2, result.message
+    # It reads about 2.2x (1.74x-2.44x in 20 evaluations on the 2-core VM, 2026-11-29): faster, by a margin
+    assert result.status == "correct" and result.speedup > 1.5, result.message
     assert "every_element_counts" not in [check.name for check in result.checks]
 
 
