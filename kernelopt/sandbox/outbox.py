@@ -19,8 +19,9 @@ import fcntl
 import mmap
 import os
 
+from kernelopt.sandbox.worker.transfer import ALIGN  # where the worker starts each set (worker/main.py)
+
 OUTBOX_LIMIT_BYTES = 1 << 30  # larger requests send the sets that do not fit as blobs
-_ALIGN = 64  # the worker starts each set on a cache line (worker/main.py, make_inputs)
 
 
 class Outbox:
@@ -55,4 +56,4 @@ class Outbox:
 
 def wanted_bytes(set_bytes: int, count: int) -> int:
     """The outbox size for `count` sets of at most `set_bytes` each, each on a cache line."""
-    return count * (set_bytes + _ALIGN)
+    return count * (set_bytes + ALIGN)

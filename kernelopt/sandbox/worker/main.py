@@ -182,7 +182,7 @@ class Worker:
                     inputs = problem.get_inputs()
                     with harness_only():
                         spec, placed, size = transfer.plan(inputs)
-                        start = at + (-at) % 64
+                        start = at + (-at) % transfer.ALIGN
                         if outbox is not None and start + size <= len(outbox):
                             transfer.fill(placed, outbox, start)
                             sets.append({"seed": seed, "spec": spec, "at": start, "nbytes": size})

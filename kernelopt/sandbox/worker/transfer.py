@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-_ALIGN = 64  # every tensor's bytes start on a cache line of the buffer
+ALIGN = 64  # every tensor's bytes start on a cache line of the buffer (and each set on one of the outbox)
 _tensor_type = torch.Tensor
 _frombuffer = torch.frombuffer
 _empty_strided = torch.empty_strided
@@ -75,7 +75,7 @@ def _plan(obj, placed: list[tuple[int, torch.Tensor]], size: list[int]):
         dense = t.is_contiguous() or _non_overlapping_dense(t)
         values = _contiguous(_to(t, "cpu"))
         nbytes = values.numel() * values.element_size()
-        offset = size[0] + (-size[0]) % _ALIGN
+        offset = size[0] + (-size[0]) % ALIGN
         if nbytes:
             placed.append((offset, values))
         size[0] = offset + nbytes
