@@ -127,6 +127,43 @@ def test_calls_too_large_to_keep_are_not_kept():
     assert kept.calls == [] and kept.offered == 0
 
 
+# -- the response sums ----------------------------------------------------------------------
+
+def _float64_part_sums(c0, c1, r0, r1, size: int) -> torch.Tensor:
+    """The response test's per-part sums computed the plain way: every element in float64, an
+    element counting for nothing where any of its four values is not finite."""
+    a0, a1, b0, b1 = (t.reshape(-1).double() for t in (c0, c1, r0, r1))
+    finite = a0.isfinite() & a1.isfinite() & b0.isfinite() & b1.isfinite()
+    change = torch.where(finite, b1 - b0, 0.0)
+    error = torch.where(finite, (a1 - a0) - change, 0.0)
+    squares = torch.where(finite, b0 * b0 + b1 * b1, 0.0)
+    parts = torch.arange(a0.numel()) // size
+    sums = torch.zeros(3, int(parts[-1]) + 1, dtype=torch.float64)
+    sums.index_add_(1, parts, torch.stack([error.square(), change.square(), squares]))
+    return sums
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("numel", [1, 5000, 3 * 2**20 + 17])  # one part; small parts; parts wider than a step
+def test_response_sums_match_float64_arithmetic(dtype, numel):
+    generator = torch.Generator().manual_seed(numel)
+    r0, r1 = (torch.randn(numel, generator=generator, dtype=torch.float64) * 3 for _ in range(2))
+    c0, c1 = (r + 1e-3 * torch.randn(numel, generator=generator, dtype=torch.float64) for r in (r0, r1))
+    if numel > 1:  # values the working precision's fast path cannot take: the exact path's steps
+        big = 1e150 if dtype == torch.float64 else torch.finfo(dtype).max / 2  # squares within float64
+        c1[numel // 2], r0[numel // 3], r1[numel - 1] = float("nan"), float("inf"), -big
+        c0[numel // 4], c1[numel // 4] = big, -big  # a difference beyond the dtype's range
+    tensors = [t.to(dtype) for t in (c0, c1, r0, r1)]
+    sums = every_element._PartSums(tensors[2])
+    sums.add(*tensors)
+    expected = _float64_part_sums(*tensors, sums.size)
+    assert sums.sums.shape == expected.shape
+    # float32 differences round far below the honest floor (1e-5 of the values): equal to 1e-6 of
+    # each part's scale, and exact where the working precision is float64.
+    scale = expected[2:3] + 1e-300
+    assert torch.allclose(sums.sums / scale, expected / scale, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6)
+
+
 # -- the response test on the matrix --------------------------------------------------------
 
 SIDE = 2896  # 8.4M elements per input: a stride-107 estimate errs by about 0.5 %, inside rtol

@@ -23,11 +23,15 @@ from kernelopt.sandbox.results import EvalOptions, TrialResult
 # Relative L2 error above this on a float32/float64 reference means the candidate computed in
 # lower precision (fp16/bf16/TF32 arithmetic show ~1e-4 to 1e-2; fp32 reordering ~1e-6).
 REDUCED_PRECISION_REL_L2 = 1e-4
-# Elements per step of the full comparison. Below torch's intra-op grain size, every operation
-# runs on this one thread and a step's float64 temporaries stay in cache. Whole-tensor
-# operations on two threads waited for the second thread whenever the host's other work (a
-# worker starting, a compile) held a core: 1M elements took 200-400 ms instead of 60 ms.
-_STEP = 1 << 14
+# Elements per step of the host's passes over outputs (the full comparison, the input-dependence
+# and response sums): torch's intra-op grain size, so an operation on one row of a step runs on
+# this one thread, and a step's float64 temporaries stay in cache. Whole-tensor operations on two
+# threads waited for the second thread whenever the host's other work (a worker starting, a
+# compile) held a core: 1M elements took 200-400 ms instead of 60 ms. Over 16.7M float32 elements
+# on the 2-core VM, 32K-element steps took 0.65x-0.9x the time of 16K ones, quiet and with a core
+# busy; 64K ones were faster still when quiet, but slower now and then with a core busy
+# (benchmarks/host_passes.py; benchmarks/results/throughput-cpu-2026-11-29b).
+_STEP = 1 << 15
 # On a device (the keeper's comparison of timed outputs, sandbox/keeper.py) each step costs a few
 # kernel launches and a wait for their sums: whole outputs of up to this many elements at once.
 _DEVICE_STEP = 1 << 24
@@ -412,24 +416,14 @@ class _DependenceSums:
         o_all, r_all = _flat(out), _flat(ref)
         p_all = _flat(previous) if previous is not None else None
         work = torch.float64 if r_all.dtype == torch.float64 else torch.float32
-        for start, end, block in _dependence_steps(self.numel, self.size):
+        for start, end, block in part_steps(self.numel, self.size):
             o, r = o_all[start:end].to(work), r_all[start:end].to(work)
             p = p_all[start:end].to(work) if p_all is not None else None
             values = _dependence_terms(o, r, p, options)
             if values is None:  # NaN, an infinity, or squares that could overflow
                 values = _dependence_terms_exact(o.double(), r.double(),
                                                  p.double() if p is not None else None, options)
-            # float64 sums of the step's float32 terms. (Converted first: a reduction over one
-            # dimension given dtype=float64 took a thousand times as long.)
-            values = values.to(torch.float64)
-            length = end - start
-            if self.size > _STEP:  # part of one block
-                self.sums[:, block] += values.sum(dim=1)
-            else:
-                blocks = -(-length // self.size)
-                if blocks * self.size != length:
-                    values = torch.nn.functional.pad(values, (0, blocks * self.size - length))
-                self.sums[:, block:block + blocks] += values.view(4, blocks, self.size).sum(dim=2)
+            add_to_parts(self.sums, values, block, self.size)
 
     def checked(self, trials: int) -> torch.Tensor:
         """Which parts are judged: those whose movement is within the degenerate bound and above noise."""
@@ -457,9 +451,10 @@ class _DependenceSums:
                 f"movement")
 
 
-def _dependence_steps(numel: int, size: int):
-    """(start, end, first block) of the steps of one pass over a flat output cut into blocks of
-    `size` elements: whole blocks per step when blocks are small, parts of one block otherwise."""
+def part_steps(numel: int, size: int):
+    """(start, end, first part) of the steps of one pass over a flat tensor cut into contiguous
+    parts of `size` elements: whole parts per step when parts are small, pieces of one part
+    otherwise. Steps of about _STEP elements keep a pass's temporaries in the cache."""
     if size <= _STEP:
         per = (_STEP // size) * size
         for start in range(0, numel, per):
@@ -471,6 +466,21 @@ def _dependence_steps(numel: int, size: int):
         end = min(numel, start + _STEP, (block + 1) * size)
         yield start, end, block
         start = end
+
+
+def add_to_parts(sums: torch.Tensor, values: torch.Tensor, first: int, size: int) -> None:
+    """Add a step's per-element rows (`values`, rows x elements, from part_steps' step starting at
+    part `first`) to the float64 per-part sums `sums` (rows x parts)."""
+    # Converted first: a reduction over one dimension given dtype=float64 took a thousand times as long.
+    values = values.to(torch.float64)
+    length = values.shape[1]
+    if size > _STEP:  # a piece of one part
+        sums[:, first] += values.sum(dim=1)
+        return
+    parts = -(-length // size)
+    if parts * size != length:
+        values = torch.nn.functional.pad(values, (0, parts * size - length))
+    sums[:, first:first + parts] += values.view(values.shape[0], parts, size).sum(dim=2)
 
 
 def _dependence_terms(o: torch.Tensor, r: torch.Tensor, p: torch.Tensor | None,

@@ -70,7 +70,6 @@ FAILING_PARTS = 1 / 16
 TELLING_MOVE = 4.0
 EXTRA_COPIES = 2
 KEEP_BYTES = 1 << 30  # inputs and both sides' outputs of the kept calls, at most
-_CHUNK = 1 << 20  # elements per step of the comparison (float64 temporaries)
 
 
 @dataclass
@@ -265,7 +264,7 @@ class Response:
 
 
 class _PartSums:
-    _ERROR, _CHANGE, _FLOOR = range(3)
+    _ERROR, _CHANGE, _SQUARES = range(3)  # per part: sums of the squared error, change, and b0^2 + b1^2
 
     def __init__(self, ref: torch.Tensor):
         self.shape, self.dtype = ref.shape, ref.dtype
@@ -283,27 +282,25 @@ class _PartSums:
 
     def add(self, c0: torch.Tensor, c1: torch.Tensor, r0: torch.Tensor, r1: torch.Tensor) -> None:
         flat = [t.reshape(-1) for t in (c0, c1, r0, r1)]
-        for start in range(0, self.numel, _CHUNK):
-            end = min(self.numel, start + _CHUNK)
-            a0, a1, b0, b1 = (t[start:end].to(torch.float64) for t in flat)
-            finite = torch.isfinite(a0) & torch.isfinite(a1) & torch.isfinite(b0) & torch.isfinite(b1)
-            zero = torch.zeros((), dtype=torch.float64)
-            change = torch.where(finite, b1 - b0, zero)
-            error = torch.where(finite, (a1 - a0) - change, zero)
-            floor = torch.where(finite, b0.square() + b1.square(), zero) * self.honest ** 2
-            terms = torch.stack([error.square(), change.square(), floor])
-            parts = torch.arange(start, end) // self.size
-            self.sums.index_add_(1, parts, terms)
+        work = torch.float64 if self.dtype == torch.float64 else torch.float32
+        for start, end, first in compare.part_steps(self.numel, self.size):
+            a0, a1, b0, b1 = (t[start:end].to(work) for t in flat)
+            terms = _response_terms(a0, a1, b0, b1)
+            if terms is None:  # NaN, an infinity, or a difference beyond the working precision's range
+                terms = _response_terms_exact(a0.double(), a1.double(), b0.double(), b1.double())
+            compare.add_to_parts(self.sums, terms, first, self.size)
 
     def _allowed(self) -> torch.Tensor:
         """Per part, how far the candidate's squared change may differ from the reference's."""
-        _, change, floor = self.sums
-        return RESPONSE_RATIO ** 2 * change + floor
+        return RESPONSE_RATIO ** 2 * self.sums[self._CHANGE] + self._floor()
 
     def moved(self) -> bool:
         """Whether the reference's output moved well beyond rounding in some part."""
-        _, change, floor = self.sums
-        return bool((change > TELLING_MOVE ** 2 * floor).any())
+        return bool((self.sums[self._CHANGE] > TELLING_MOVE ** 2 * self._floor()).any())
+
+    def _floor(self) -> torch.Tensor:
+        """Per part, honest code's rounding on both of the reference's answers (squared, summed)."""
+        return self.sums[self._SQUARES] * self.honest ** 2
 
     def worst(self) -> float:
         error, allowed = self.sums[self._ERROR], self._allowed()
@@ -322,3 +319,27 @@ class _PartSums:
                 f"reference's output changed by {rms['change']:.3g} (root of the summed squares), and the candidate's "
                 f"change differed from it by {rms['error']:.3g}, more than {RESPONSE_RATIO:g}x: an answer estimated "
                 f"from part of the input, or from an aggregate the move leaves unchanged")
+
+
+def _response_terms(a0: torch.Tensor, a1: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor) -> torch.Tensor | None:
+    """Per element of one step: the squared difference between the candidate's change (a1 - a0)
+    and the reference's (b1 - b0), the reference's squared change, and b0^2 + b1^2; differences
+    in the working precision (float32 rounds them far below the honest floor), squares in
+    float64. None where a value is not finite, or a difference left float32's range: the exact
+    path then."""
+    change = b1 - b0
+    values = torch.stack([(a1 - a0).sub_(change), change, b0, b1]).to(torch.float64).square_()
+    values[2] += values[3]
+    values = values[:3]
+    return values if math.isfinite(float(values.sum())) else None
+
+
+def _response_terms_exact(a0: torch.Tensor, a1: torch.Tensor, b0: torch.Tensor, b1: torch.Tensor) -> torch.Tensor:
+    """The same in float64, an element counting for nothing where any of its four values is not
+    finite (the full comparisons judge those)."""
+    finite = torch.isfinite(a0) & torch.isfinite(a1) & torch.isfinite(b0) & torch.isfinite(b1)
+    zero = torch.zeros((), dtype=torch.float64)
+    change = torch.where(finite, b1 - b0, zero)
+    error = torch.where(finite, (a1 - a0) - change, zero)
+    squares = torch.where(finite, b0.square() + b1.square(), zero)
+    return torch.stack([error.square(), change.square(), squares])
