@@ -59,6 +59,7 @@ class Timer:
     output_bytes: int = 0  # both sides' outputs of one call (what keeping a call for the check costs)
     compared: int = 0  # timed calls compared in full (all of them)
     compared_on_device: int = 0  # ... of which by the keeper, on the device (device slots)
+    reduced_precision_calls: int = 0  # ... whose error level showed arithmetic below the reference's precision
     last_inputs: InputSet | None = None  # the last round's last set, for the next round's untimed first call
     dependence: compare.InputDependence = field(init=False)
 
@@ -70,6 +71,13 @@ class Timer:
         """Whether timed outputs stay on the device, compared there by the keeper: with device
         slots, unless the input-dependence test needs every output on the host."""
         return self.transport == commands.DEVICE and not self.judge_dependence
+
+
+# A single call's error level can stray above the reduced-precision bound (an input set that
+# makes a reduction cancel), but arithmetic below the reference's precision shows on nearly every
+# call: the timed calls show it when more than this share of them do. A program that saves this
+# way on fewer calls saves at most this share of what the downgrade would.
+REDUCED_PRECISION_SHARE = 0.25
 
 
 def measure(timer: Timer, checks: list[Check]) -> Timing:
@@ -92,6 +100,11 @@ def measure(timer: Timer, checks: list[Check]) -> Timing:
     ignored = timer.dependence.verdict()
     checks.append(Check(name="timed_output_follows_input", passed=ignored is None, detail=ignored or ""))
     rules.enforce(rules.timed_output_ignores_input(ignored))
+    # The precision policy judges the timed calls too: a program that computes in full precision
+    # while it is checked (the trials, known by their count) and in bfloat16 when timed would
+    # otherwise buy its speed with the arithmetic the policy forbids.
+    reduced = timer.reduced_precision_calls > REDUCED_PRECISION_SHARE * timer.compared
+    rules.enforce(rules.reduced_precision(reduced, timer.options.precision_policy), timer.findings)
     # A time below the floor is measured twice before it is believed, and then it is not.
     impossible = rules.faster_than_physics(max(p.candidate_ms for p in phases), floor, 2) if len(phases) == 2 else None
     checks.append(Check(name="above_physical_floor", passed=impossible is None,
@@ -299,6 +312,7 @@ def compare_round(timer: Timer, cand: list[Call], ref: list[Call], repeated_firs
             timer.compared_on_device += 1
         rules.enforce(rules.timed_output_mismatch(comparison))
         timer.compared += 1
+        timer.reduced_precision_calls += comparison.reduced_precision
         if timer.judge_dependence and not (repeated_first and index == 0):
             timer.dependence.add(c.outputs, r.outputs)
 
