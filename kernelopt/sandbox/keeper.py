@@ -6,8 +6,10 @@ sandbox/compare.py), where a worker imports only its own. It makes each worker's
 (worker/device_memory.py) and sends their descriptors to the host, which passes them on to the
 worker. For every call it then does, with the worker frozen:
 
-    place  copy the call's packed inputs from the host's input slot (shared memory) into the
-           worker's device input slot, at the same offsets, and wait for the copy;
+    place  return the device's persisting L2 lines to normal (a program's persisting lines would
+           hold part of L2 through the other side's window), copy the call's packed inputs from
+           the host's input slot (shared memory) into the worker's device input slot, at the
+           same offsets, and wait for the copy;
     take   copy the outputs the worker's answer locates in its device output slot into the
            keeper's own memory, wait for the copy and note the time (the end of the call's
            window: any work the worker left running is either in the copy or wrong in it), then
@@ -81,6 +83,8 @@ class Keeper:
 
     def place(self, msg: dict) -> dict:
         at, size = int(msg["at"]), int(msg["size"])
+        if self.kind == device_memory.CUDA:
+            device_memory.reset_persisting_l2(self.device_index)  # before every window, both sides'
         target = self.slots[msg["slot"]].tensor()[at:at + size]
         target.copy_(self.shared[msg["source"]].tensor()[at:at + size])
         self._wait()

@@ -139,6 +139,16 @@ def page_lock(mapping: Mapping, device_index: int) -> bool:
     return mapping.page_locked
 
 
+def reset_persisting_l2(device_index: int) -> bool:
+    """Return every line of the device's L2 that a context marked persisting (an access policy
+    window on a stream, inside the L2 set aside with CU_LIMIT_PERSISTING_L2_CACHE_SIZE) to normal,
+    so that the next window, either side's, starts with the whole L2 as the last one left it:
+    a program's persisting lines would otherwise hold the set-aside part of L2 through the other
+    side's window. False where the driver refuses (a device without persisting L2)."""
+    _current_context(device_index)
+    return _cuda().cuCtxResetPersistingL2Cache() == 0
+
+
 # -- the CUDA driver's virtual memory management, through ctypes -------------------------------
 
 _POSIX_FD = ctypes.c_int(1)  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
