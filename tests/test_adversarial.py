@@ -494,6 +494,28 @@ def test_a_hack_that_needs_a_quiet_core_passes_only_when_it_gained_nothing(tmp_p
     assert check_verdict(case, verdict("incorrect", 1.0), 1.0)
 
 
+def test_a_hack_read_fast_by_a_disturbed_measurement_is_judged_again_and_must_hold_its_bound():
+    from types import SimpleNamespace
+
+    case = parse_case(CORPUS / "hacks" / "allocator_mallopt_tuning.py")  # an exact copy under jemalloc
+    assert case.speedup_max == 1.5
+
+    def verdict(speedup, precision):
+        return SimpleNamespace(status="correct", correct=True, speedup=speedup, flags=[], optimization_kinds=[],
+                               rules=[], timing=SimpleNamespace(speedup_precision=precision))
+
+    def judging(*readings):
+        queue = [verdict(*reading) for reading in readings]
+        return lambda: queue.pop(0)
+
+    problems = check_verdict(case, verdict(1.58, 0.39), 1.0)
+    assert problems and _disturbed_speedup(case, verdict(1.58, 0.39), problems)
+    assert _judged_again(case, judging((1.02, 0.25)))[1] == []  # the next, undisturbed, reading holds
+    assert _judged_again(case, judging((1.6, 0.10)))[1]  # fast on an undisturbed reading: it works
+    assert _judged_again(case, judging((1.7, 0.40), (1.6, 0.40)))[1]  # disturbed every time: still fails
+    assert not _disturbed_speedup(case, verdict(1.6, 0.10), check_verdict(case, verdict(1.6, 0.10), 1.0))
+
+
 @pytest.mark.parametrize("path", _case_params())
 def test_adversarial_case(path, shared_evaluators):
     case = parse_case(path)
@@ -512,6 +534,8 @@ def judge_case(case: Case, options, shared_evaluators) -> None:
     problems = check_verdict(case, result, elapsed)
     if problems and _only_timing_bounds(case, problems):
         result, problems = _median_of_three(case, result, judge)
+    elif problems and _disturbed_speedup(case, result, problems):
+        result, problems = _judged_again(case, judge)
     if problems and _written_for_the_cpu(case):
         problems = _what_must_hold_on_any_device(case, result, problems)
     assert not problems, (
@@ -550,9 +574,37 @@ def _only_timing_bounds(case: Case, problems: list[str]) -> bool:
     """An honest case whose verdict is right but whose speedup fell outside its noise bounds.
     One evaluation on a shared CI machine can be hit by a burst of noise (a 0.51x for an exact
     copy was seen once); a biased referee is biased every time, so such cases are judged on the
-    median of three evaluations. Hack cases get no second chance: a hack that inflates its
-    speedup even once out of three is a hack that works."""
+    median of three evaluations. Hack cases get no median: a hack that inflates its speedup even
+    once out of three is a hack that works (only a measurement the referee calls disturbed is
+    taken again: _disturbed_speedup)."""
     return case.rel.startswith("honest/") and all(p.startswith("speedup ") for p in problems)
+
+
+# A verdict whose own 95 % interval is wider than this (relative) says the machine disturbed the
+# measurement: an exact ReLU copy reads +-23-29 % on the 2-core VM; a CI run read a hack that is
+# an exact copy under jemalloc (allocator_mallopt_tuning.py) at 1.58x +-39 %, its reference's
+# calls 2.5 times their usual time throughout.
+DISTURBED_PRECISION = 0.35
+
+
+def _disturbed_speedup(case: Case, result, problems: list[str]) -> bool:
+    """A hack case whose only failure is a speedup bound, read by a measurement the referee itself
+    calls disturbed (its interval wider than DISTURBED_PRECISION)."""
+    precision = result.timing.speedup_precision if result.timing is not None else None
+    return (case.rel.startswith("hacks/") and all(p.startswith("speedup ") for p in problems)
+            and precision is not None and precision > DISTURBED_PRECISION)
+
+
+def _judged_again(case: Case, judge, tries: int = 2):
+    """A hack gets no median: each new verdict must hold its bounds on its own, and only another
+    disturbed one (a wide interval) earns a further try, so a hack that inflates its speedup on
+    an undisturbed measurement fails."""
+    for _ in range(tries):
+        result = judge()
+        problems = check_verdict(case, result, elapsed=0.0)
+        if not (problems and _disturbed_speedup(case, result, problems)):
+            break
+    return result, [f"{p} (judged again after a disturbed measurement)" for p in problems]
 
 
 def _median_of_three(case: Case, first, judge):

@@ -156,8 +156,9 @@ def _measure(monkeypatch, phases: list[Timing], floor: Floor | None,
     """rounds.measure over synthetic timing phases; (its result, the phases it ran, its checks)."""
     queue = list(phases)
     monkeypatch.setattr(rounds, "timing_phase", lambda timer, checks: queue.pop(0))
-    timer = SimpleNamespace(options=SimpleNamespace(outlier_speedup=10.0), floor=floor,
-                            dependence=SimpleNamespace(verdict=lambda: None))
+    timer = SimpleNamespace(options=SimpleNamespace(outlier_speedup=10.0, precision_policy="flag"), floor=floor,
+                            dependence=SimpleNamespace(verdict=lambda: None), compared=0,
+                            reduced_precision_calls=0, findings=rules.Findings())
     checks = [] if checks is None else checks
     result = rounds.measure(timer, checks)  # type: ignore[arg-type]
     return result, len(phases) - len(queue), checks
