@@ -435,3 +435,15 @@ def test_every_timed_call_has_a_new_set_and_a_turns_untimed_first_call_the_last_
     assert len(timed) == len(set(timed)) and not set(timed) & {rounds_seen[0][0]}
     for before, after in zip(rounds_seen, rounds_seen[1:]):
         assert after[0] == before[-1]  # the untimed first call: the last round's last set again
+
+
+def test_timed_calls_kept_for_the_element_check_always_have_their_inputs_checked_and_a_secret_share_of_the_rest():
+    from kernelopt.sandbox.timing.rounds import INPUT_CHECK_SHARE, inputs_checked
+
+    chooser = random.Random(7)
+    assert inputs_checked([0, 1, 2, 3], chooser) == [True] * 4
+    drawn = inputs_checked([None] * 8000, chooser)
+    share = sum(drawn) / len(drawn)
+    assert abs(share - INPUT_CHECK_SHARE) < 0.02
+    # Drawn from the host's stream, not a fixed pattern a program could learn from its call count.
+    assert inputs_checked([None] * 64, random.Random(1)) != inputs_checked([None] * 64, random.Random(2))
