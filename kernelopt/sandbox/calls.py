@@ -46,6 +46,7 @@ from kernelopt.sandbox.process import SandboxError, WorkerProcess, host_memory_r
 from kernelopt.sandbox.process_memory import ProcessMemory, UnreadableMemory
 from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
 from kernelopt.sandbox.worker import commands
+from kernelopt.sandbox.worker.transfer import overlapping_layout
 
 _DTYPES = {str(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
@@ -328,8 +329,14 @@ def _from_memory(memory: ProcessMemory, layouts: list[tuple[list[int], torch.dty
                  spans: list[tuple[int, list[int]]]) -> tuple[list[torch.Tensor], bool]:
     """Each output read from the worker's memory, its values laid out contiguously, once the
     host has room for all of them; and whether any lies in the input slot's mapping."""
+    for index, ((shape, _), (_, stride)) in enumerate(zip(layouts, spans)):
+        if overlapping_layout(shape, stride):
+            # The worker makes such outputs contiguous inside the window (measure.without_overlap):
+            # materialized here, a broadcast's values would be the host's work, off the clock, and
+            # a 4-byte answer could claim gigabytes.
+            raise OutputsUnreadable(f"output {index} overlaps itself in memory (strides {stride} for shape {shape})")
     extents = [_extent_bytes(shape, stride, dtype) for (shape, dtype), (_, stride) in zip(layouts, spans)]
-    needed = sum(extents)
+    needed = sum(extents) + sum(math.prod(shape) * dtype.itemsize for shape, dtype in layouts)  # read, then laid out
     room = host_memory_room(needed)
     if needed > room:
         raise OutputsUnreadable(f"its outputs span {needed / 2**30:.2f} GiB, more than the host has room for "

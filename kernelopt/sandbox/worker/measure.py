@@ -91,6 +91,23 @@ def flatten_outputs(output) -> list[torch.Tensor]:
     raise OutputError(f"output must be a torch.Tensor or a tuple/list of them, got {type(output).__name__}")
 
 
+def without_overlap(output):
+    """The forward's result with every plain tensor whose layout overlaps itself (a broadcast or
+    an unfold view) made contiguous, in the same nesting; anything else as it was (for
+    `flatten_outputs` to judge). Done inside the call's window, so a program that answers with a
+    view pays for its values there, as it would where the values travel in the answer: the
+    host reads outputs from memory as laid out and does no program's materializing."""
+    from .transfer import overlapping_layout
+
+    if type(output) is _tensor_type:
+        if not_plain(output) is None and overlapping_layout(list(output.shape), list(output.stride())):
+            return output.contiguous()
+        return output
+    if type(output) in (tuple, list):
+        return type(output)(without_overlap(item) for item in output)
+    return output
+
+
 def tensor_storage_span(t: torch.Tensor) -> tuple[int, int] | None:
     """[start, end) byte addresses the tensor's storage occupies, or None when empty."""
     storage = t.untyped_storage()

@@ -1,0 +1,26 @@
+# problem: RowMeanEverywhere
+# expect-status: rejected
+# expect-rule: unusable_outputs
+# family: work left to the referee: an output returned as a view whose elements overlap
+# why: as output_broadcast_view.py, and also replaces the worker's step that makes such an
+#   output contiguous inside the window with one that leaves it as it is (its code object
+#   swapped, so the guard, which watches which functions the worker's modules hold, sees the same
+#   function), so that the answer names the 8 KB view and the host would lay the 64 MB out; the
+#   host refuses any output whose layout overlaps itself (the worker's own step never sends one)
+import sys
+
+import torch
+import torch.nn as nn
+
+_measure = sys.modules.get("worker.measure")
+if _measure is not None:
+    # The function object stays the one the guard snapshotted; only its code changes.
+    _measure.without_overlap.__code__ = (lambda output: output).__code__
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=1, keepdim=True).expand_as(x)
