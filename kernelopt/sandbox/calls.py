@@ -46,7 +46,7 @@ from kernelopt.sandbox.process import SandboxError, WorkerProcess, host_memory_r
 from kernelopt.sandbox.process_memory import ProcessMemory, UnreadableMemory
 from kernelopt.sandbox.records import CallRecord, CallReply, InputSet
 from kernelopt.sandbox.worker import commands
-from kernelopt.sandbox.worker.transfer import overlapping_layout
+from kernelopt.sandbox.worker.transfer import contiguous_layout
 
 _DTYPES = {str(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
@@ -330,13 +330,13 @@ def _from_memory(memory: ProcessMemory, layouts: list[tuple[list[int], torch.dty
     """Each output read from the worker's memory, its values laid out contiguously, once the
     host has room for all of them; and whether any lies in the input slot's mapping."""
     for index, ((shape, _), (_, stride)) in enumerate(zip(layouts, spans)):
-        if overlapping_layout(shape, stride):
-            # The worker makes such outputs contiguous inside the window (measure.without_overlap):
-            # materialized here, a broadcast's values would be the host's work, off the clock, and
-            # a 4-byte answer could claim gigabytes.
-            raise OutputsUnreadable(f"output {index} overlaps itself in memory (strides {stride} for shape {shape})")
+        if not contiguous_layout(shape, stride):
+            # The worker lays every output out contiguously inside the window (measure.laid_out):
+            # laid out here, a transpose's strided copy or a broadcast's values would be the
+            # host's work, off the clock, and a 4-byte answer could claim gigabytes.
+            raise OutputsUnreadable(f"output {index} is not laid out contiguously (strides {stride} for shape {shape})")
     extents = [_extent_bytes(shape, stride, dtype) for (shape, dtype), (_, stride) in zip(layouts, spans)]
-    needed = sum(extents) + sum(math.prod(shape) * dtype.itemsize for shape, dtype in layouts)  # read, then laid out
+    needed = sum(extents)
     room = host_memory_room(needed)
     if needed > room:
         raise OutputsUnreadable(f"its outputs span {needed / 2**30:.2f} GiB, more than the host has room for "
@@ -350,8 +350,7 @@ def _from_memory(memory: ProcessMemory, layouts: list[tuple[list[int], torch.dty
             raw = memory.read(address, nbytes)
         except UnreadableMemory as exc:
             raise OutputsUnreadable(str(exc)) from None
-        values = torch.frombuffer(raw, dtype=torch.uint8).view(dtype).as_strided(shape, stride)
-        outputs.append(values if values.is_contiguous() else values.contiguous())
+        outputs.append(torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape))
         aliased |= memory.in_slot(address, address + nbytes)
     return outputs, aliased
 

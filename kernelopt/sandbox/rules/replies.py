@@ -153,7 +153,7 @@ def missing_in_reply(expected: str) -> Verdict:
 
 @rule("unusable_outputs", status="rejected", flag="protocol_violation", family="forged protocol frames")
 def unusable_outputs(error: object) -> Verdict:
-    """The outputs a call's answer names cannot be read: not mapped where it says, laid out so that two elements share an address (the worker makes such outputs contiguous in the window), a blob of another size, an unknown dtype, or more than the host has room for."""
+    """The outputs a call's answer names cannot be read: not mapped where it says, not laid out contiguously where the host reads them from memory (the worker lays them out in the window), a blob of another size, an unknown dtype, or more than the host has room for."""
     return make_verdict("unusable_outputs", f"candidate outputs unusable: {error}")
 
 

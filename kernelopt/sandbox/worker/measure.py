@@ -91,20 +91,16 @@ def flatten_outputs(output) -> list[torch.Tensor]:
     raise OutputError(f"output must be a torch.Tensor or a tuple/list of them, got {type(output).__name__}")
 
 
-def without_overlap(output):
-    """The forward's result with every plain tensor whose layout overlaps itself (a broadcast or
-    an unfold view) made contiguous, in the same nesting; anything else as it was (for
-    `flatten_outputs` to judge). Done inside the call's window, so a program that answers with a
-    view pays for its values there, as it would where the values travel in the answer: the
-    host reads outputs from memory as laid out and does no program's materializing."""
-    from .transfer import overlapping_layout
-
+def laid_out(output):
+    """The forward's result with every plain tensor that is not contiguous (a transpose, a
+    broadcast, a slice with gaps, channels-last) made contiguous, in the same nesting; anything
+    else as it was (for `flatten_outputs` to judge). Done inside the call's window where the host
+    reads outputs from memory (the other transports copy them out contiguously in the window
+    anyway): laying out values is work, and the host does none of a program's."""
     if type(output) is _tensor_type:
-        if not_plain(output) is None and overlapping_layout(list(output.shape), list(output.stride())):
-            return output.contiguous()
-        return output
+        return output.contiguous() if not_plain(output) is None and not output.is_contiguous() else output
     if type(output) in (tuple, list):
-        return type(output)(without_overlap(item) for item in output)
+        return type(output)(laid_out(item) for item in output)
     return output
 
 
@@ -160,7 +156,7 @@ def describe_outputs(output, inputs, transport: str, slot=None) -> tuple[dict, l
     """What the host needs to take a call's outputs itself: their structure, each tensor's
     shape, dtype and device, and either where its values lie in this process's memory (MEMORY:
     the address of its first element and its strides, read by the host through /proc once the
-    group is frozen), where they were copied in the device output slot `slot` (DEVICE: offset
+    group is frozen; contiguous, as `laid_out` made them, or the host refuses them), where they were copied in the device output slot `slot` (DEVICE: offset
     and bytes; the keeper copies them out once the group is frozen), or its values as the
     frame's blobs (FRAME: a container; DEVICE when they do not fit the slot: the host sizes
     the next slot by the bytes that came). Whatever a program makes this say, the host compares

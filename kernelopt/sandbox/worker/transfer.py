@@ -90,17 +90,17 @@ def _plan(obj, placed: list[tuple[int, torch.Tensor]], size: list[int]):
                         "scalars or lists/tuples of them")
 
 
-def overlapping_layout(shape: list[int], stride: list[int]) -> bool:
-    """Whether a layout may put two elements at one address (a broadcast's zero stride, the
-    windows of an unfold): unless its dims, taken by increasing stride, each step past all the
-    elements of the dims before them. Materializing such a layout is work of its own, whose
-    output can be far larger than the memory it reads."""
-    extent = 0  # elements spanned by the dims taken so far, less one
-    for size, step in sorted(((n, s) for n, s in zip(shape, stride) if n > 1), key=lambda d: d[1]):
-        if step <= extent:
-            return True
-        extent += (size - 1) * step
-    return False
+def contiguous_layout(shape: list[int], stride: list[int]) -> bool:
+    """Whether strides lay a shape out row-major with no gaps (a dim of one element takes any
+    stride), as torch's is_contiguous says."""
+    if len(shape) != len(stride):
+        return False
+    expected = 1
+    for size, step in zip(reversed(shape), reversed(stride)):
+        if size != 1 and step != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _non_overlapping_dense(t: torch.Tensor) -> bool:
