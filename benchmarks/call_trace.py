@@ -48,7 +48,8 @@ def traced(phases: dict, clocks=None) -> list[dict]:
             calls.append({"phase": _phase, "side": worker.role, "seed": record.seed, "ms": record.ms,
                           "wall_ms": record.wall_ms, "cpu_ms": record.cpu_ms, "blocked_ms": record.blocked_ms,
                           "steps_ms": record.steps_ms, "transport": kwargs.get("transport"),
-                          "pin_cpu": kwargs.get("pin_cpu"), "clocks_mhz": before})
+                          "pin_cpu": kwargs.get("pin_cpu"), "clocks_mhz": before,
+                          "device_probe_ms": record.device_probe_ms})
             return call
 
         module.run_call = wrapper
@@ -145,12 +146,13 @@ def main() -> None:
     evaluation_s = time.monotonic() - started
     after = machine_state()
     print(f"{'phase':14} {'side':9} {'ms':>10} {'wall':>10} {'cpu':>10} " + " ".join(f"{s:>8}" for s in STEPS)
-          + "  sm/mem MHz before")
+          + "  sm/mem MHz before, idle probe ms")
     for c in calls:
         cpu = f"{c['cpu_ms']:10.3f}" if c["cpu_ms"] is not None else f"{'-':>10}"
         steps = " ".join(f"{c['steps_ms'].get(s, 0.0):8.3f}" for s in STEPS)
         mhz = "{}/{}".format(*c["clocks_mhz"]) if c["clocks_mhz"] else "-"
-        print(f"{c['phase']:14} {c['side']:9} {c['ms']:10.3f} {c['wall_ms']:10.3f} {cpu} {steps}  {mhz}")
+        probe = f"{c['device_probe_ms']:.4f}" if c["device_probe_ms"] is not None else "-"
+        print(f"{c['phase']:14} {c['side']:9} {c['ms']:10.3f} {c['wall_ms']:10.3f} {cpu} {steps}  {mhz}, {probe}")
     outside = {name: {"calls": len(times), "total_s": round(sum(times), 3)} for name, times in host_steps.items()}
     outside["calls (run_call, all phases)"] = {"calls": len(calls), "total_s": round(sum(
         c["wall_ms"] + sum(c["steps_ms"].values()) for c in calls) / 1e3, 3)}
@@ -158,6 +160,7 @@ def main() -> None:
     timing = result.timing.model_dump() if result.timing else None
     print(json.dumps({"status": result.status, "speedup": result.speedup, "message": result.message,
                       "method": timing and timing.get("method"), "wall_speedup": timing and timing.get("wall_speedup"),
+                      "device_probe_ms": timing and timing.get("device_probe_ms"),
                       "evaluation_s": round(evaluation_s, 2), "durations_s": result.durations,
                       "host_steps": outside, "sides": sides, "before": before, "after": after}, indent=1, default=str))
     if args.json:

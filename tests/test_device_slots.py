@@ -9,6 +9,7 @@ GPU runs; only the allocator differs. The `gpu` tests run the CUDA allocator its
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -485,3 +486,30 @@ class _CudaSlottedWorker(_SlottedWorker):
         placed = super().answer([t.cuda() for t in outputs])
         torch.cuda.synchronize()  # written before the keeper copies (a worker syncs before it answers)
         return placed
+
+
+@pytest.mark.gpu
+def test_the_keepers_idle_probe_is_short_on_an_idle_device_and_long_beside_another_contexts_work():
+    """The probe the keeper times before every window (keeper.py, `_idle_probe_ms`): on an idle
+    device about its own kernel's length; while another process keeps the device busy in its
+    own context (what a frozen program's second context could do beside the reference's
+    windows) it waits for a time slice. Reported in timing.device_probe_ms, judged by no rule
+    yet: this test is where a GPU first says how far apart the two lie."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from kernelopt.sandbox.keeper import Keeper as KeeperCore
+
+    core = KeeperCore(device_memory.CUDA, 0, socket.socketpair()[0])
+    idle = sorted(core._idle_probe_ms() for _ in range(50))
+    busy_loop = "import torch, time\nend = time.time() + 6\nwhile time.time() < end:\n    torch.cuda._sleep(10**8)\n    torch.cuda.synchronize()\n"
+    other = subprocess.Popen([sys.executable, "-c", busy_loop])
+    try:
+        time.sleep(3)  # its context made and its first kernels queued
+        busy = sorted(core._idle_probe_ms() for _ in range(20))
+    finally:
+        other.kill()
+        other.wait()
+    print(f"idle probe ms: median {idle[25]:.4f}, max {idle[-1]:.4f}; beside a busy context: median "
+          f"{busy[10]:.4f}, max {busy[-1]:.4f}")
+    assert idle[25] < 0.5
+    assert busy[10] > 5 * idle[25]

@@ -447,3 +447,13 @@ def test_timed_calls_kept_for_the_element_check_always_have_their_inputs_checked
     assert abs(share - INPUT_CHECK_SHARE) < 0.02
     # Drawn from the host's stream, not a fixed pattern a program could learn from its call count.
     assert inputs_checked([None] * 64, random.Random(1)) != inputs_checked([None] * 64, random.Random(2))
+
+
+def test_the_keepers_idle_probes_are_summarized_per_side_and_absent_without_device_slots():
+    from kernelopt.sandbox.timing.rounds import device_probes
+
+    cand = [SideRound(ms=[1.0, 1.0], device_probe_ms=[0.02, 0.03]), SideRound(ms=[1.0], device_probe_ms=[0.02])]
+    ref = [SideRound(ms=[1.0, 1.0], device_probe_ms=[0.02, 2.5]), SideRound(ms=[1.0], device_probe_ms=[2.4])]
+    assert device_probes(cand, ref) == {"candidate": {"median": 0.02, "max": 0.03},
+                                        "reference": {"median": 2.4, "max": 2.5}}
+    assert device_probes([SideRound(ms=[1.0])], [SideRound(ms=[1.0])]) is None

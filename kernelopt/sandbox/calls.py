@@ -93,7 +93,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
         worker.freeze()  # every window starts from a frozen group: both sides wake the same way
     slots = worker.slots if transport == commands.DEVICE else None
     placing = time.perf_counter()
-    placed = _place(conversation, worker, slots, input_set, at)
+    placed, probe_ms = _place(conversation, worker, slots, input_set, at)
     message = {**commands.call(input_set.seed, input_set.spec, transport=transport, pin_cpu=pin_cpu), **placed}
     cpu_clock = device == "cpu" and worker.cheap_cpu_clock
     cpu_before = worker.cpu_seconds() if cpu_clock else None
@@ -156,7 +156,8 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     record = CallRecord(seed=input_set.seed, ms=cpu_ms if cpu_ms is not None else wall_ms, wall_ms=wall_ms,
                         cpu_ms=cpu_ms, blocked_ms=blocked_ms, meta=[(list(m[0]), m[1], m[2]) for m in parsed.meta],
                         structure=parsed.structure, aliases_input=aliased, inputs_changed=changed,
-                        input_bytes=len(input_set.packed), steps_ms={k: v * 1e3 for k, v in steps.items()})
+                        input_bytes=len(input_set.packed), steps_ms={k: v * 1e3 for k, v in steps.items()},
+                        device_probe_ms=probe_ms)
     return Call(record=record, outputs=outputs, kept=kept,
                 comparison=Comparison(**comparison) if comparison is not None else None)
 
@@ -206,17 +207,19 @@ def take_outputs(worker: WorkerProcess, reply: CallReply, blobs: list[bytes],
 
 
 def _place(conversation: Conversation, worker: WorkerProcess, slots: WorkerSlots | None, input_set: InputSet,
-           at: int) -> dict:
+           at: int) -> tuple[dict, float | None]:
     """The call's inputs in the worker's input slot (and, with device slots, copied by the keeper
     into its device input slot, remade first where they do not fit): what the call frame says
-    of where they are (empty: they travel as the frame's blob)."""
+    of where they are (empty: they travel as the frame's blob), and the keeper's idle probe of
+    the device just before the window (ms; None without device slots)."""
     size = len(input_set.packed)
     if slots is not None and slots.stale(at + size):  # the device slot mirrors the input slot's offsets
         _remake_slots(conversation, worker, slots, at + size)
     placed = worker.place_inputs(input_set.packed, at)
+    probe_ms = None
     if slots is not None and placed:
-        keeper_step(lambda: slots.place(at, size))
-    return placed
+        probe_ms = keeper_step(lambda: slots.place(at, size))
+    return placed, probe_ms
 
 
 def _take_from_slots(slots: WorkerSlots, reply: CallReply, blobs: list[bytes], check_inputs: tuple[int, int] | None,

@@ -237,10 +237,13 @@ class WorkerSlots:
         return (commands.slots(self.keeper.kind, inputs_size, outputs_size, self.keeper.device_index),
                 [inputs_fd, outputs_fd])
 
-    def place(self, at: int, size: int) -> None:
-        """Copy a call's packed inputs from the host's input slot into the device input slot."""
-        self.keeper.request({"cmd": "place", "slot": self._part("inputs"), "source": self._part("host-inputs"),
-                             "at": at, "size": size})
+    def place(self, at: int, size: int) -> float | None:
+        """Copy a call's packed inputs from the host's input slot into the device input slot:
+        the keeper's idle probe just after, in ms (None without a GPU)."""
+        reply = self.keeper.request({"cmd": "place", "slot": self._part("inputs"),
+                                     "source": self._part("host-inputs"), "at": at, "size": size})
+        probe = reply.get("probe_ms")
+        return float(probe) if isinstance(probe, (int, float)) else None
 
     def take(self, spans: list[tuple[int, int]], check_inputs: tuple[int, int] | None,
              on_device: OnDevice | None = None) -> Taken:

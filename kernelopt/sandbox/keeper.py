@@ -9,7 +9,8 @@ worker. For every call it then does, with the worker frozen:
     place  return the device's persisting L2 lines to normal (a program's persisting lines would
            hold part of L2 through the other side's window), copy the call's packed inputs from
            the host's input slot (shared memory) into the worker's device input slot, at the
-           same offsets, and wait for the copy;
+           same offsets, wait for the copy, and time a short kernel of its own (is the device
+           idle as the window opens?);
     take   copy the outputs the worker's answer locates in its device output slot into the
            keeper's own memory, wait for the copy and note the time (the end of the call's
            window: any work the worker left running is either in the copy or wrong in it), then
@@ -44,6 +45,9 @@ from typing import Any
 
 from kernelopt.sandbox.compare import Tolerances, compare_outputs
 from kernelopt.sandbox.worker import device_memory, wire
+
+
+PROBE_CYCLES = 20_000  # the idle probe's kernel: about 10-15 us at a datacenter GPU's clocks
 
 
 class Keeper:
@@ -88,7 +92,24 @@ class Keeper:
         target = self.slots[msg["slot"]].tensor()[at:at + size]
         target.copy_(self.shared[msg["source"]].tensor()[at:at + size])
         self._wait()
-        return {"ok": True}
+        return {"ok": True, "probe_ms": self._idle_probe_ms()}
+
+    def _idle_probe_ms(self) -> float | None:
+        """How long a short kernel of the keeper's own takes just before a window opens (ms,
+        timed with events in this trusted process; None without a GPU). On an idle device about
+        its own length (PROBE_CYCLES); where another context has work (a frozen program's
+        kernels, left running in a context of its own beside the other side's window), it waits
+        for a time slice of the device. Reported per call (timing.device_probe_ms): judged by
+        no rule until a GPU has shown how far the two lie apart."""
+        if self.kind != device_memory.CUDA:
+            return None
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(PROBE_CYCLES)
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
 
     def take(self, msg: dict) -> dict:
         slot = self.slots[msg["slot"]].tensor()

@@ -50,6 +50,9 @@ class CallRecord:
     # The host's time around the call, ms: placing its inputs, thaw to answer, the freeze, and
     # the keeper's take of its outputs (device slots; 0 elsewhere).
     steps_ms: dict[str, float] = field(default_factory=dict)
+    # The keeper's idle probe of the device just before the window (device slots only): a short
+    # kernel's time, long where another context held the device (keeper.py).
+    device_probe_ms: float | None = None
 
 
 @dataclass
@@ -116,6 +119,7 @@ class SideRound:
     wall_ms: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
     blocked_ms: list[float] = field(default_factory=list)  # per call, where the CPU time decides
+    device_probe_ms: list[float] = field(default_factory=list)  # per call, with device slots (CallRecord)
 
     @property
     def turn_s(self) -> float:

@@ -161,6 +161,10 @@ class Timing(BaseModel):
                           "spread between fresh worker processes, in quadrature")
     remeasured: bool = False
     speedups_measured: list[float] = Field(default_factory=list)
+    device_probe_ms: dict[str, dict[str, float]] | None = Field(
+        None, description="with device slots: the keeper's idle probe just before each side's timed windows "
+                          "(a short kernel of its own; median and max, ms), long where another context held the "
+                          "device while that side was frozen; reported, not yet judged")
     incumbent: HeadToHead | None = Field(
         None, description="a search's challenger only: the leader it was measured against, head to head")
     # The physical floor (sandbox/physics.py; docs/referee.md, "The physical floor").

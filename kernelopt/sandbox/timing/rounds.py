@@ -183,7 +183,19 @@ def timing_result(rounds: list[Round], per_round: int, device: str, bytes_per_ca
                   wall_speedup=wall_r / wall_c if wall_c > 0 else None,
                   speedup_precision=stats.calibrated_precision(stats.ratio_precision(ref_means, cand_means), device,
                                                                bytes_per_call, min(cand_ms, ref_ms)),
-                  reference_charge_ms=ref_ms - ref_stats.mean_ms)
+                  reference_charge_ms=ref_ms - ref_stats.mean_ms,
+                  device_probe_ms=device_probes(cand, ref))
+
+
+def device_probes(cand: list[SideRound], ref: list[SideRound]) -> dict[str, dict[str, float]] | None:
+    """The keeper's idle probes before each side's timed windows (median and largest, ms), or
+    None where there were none (no device slots)."""
+    found = {}
+    for side, rounds in (("candidate", cand), ("reference", ref)):
+        probes = [ms for r in rounds for ms in r.device_probe_ms]
+        if probes:
+            found[side] = {"median": round(statistics.median(probes), 4), "max": round(max(probes), 4)}
+    return found or None
 
 
 _TRANSPORTS = {
@@ -346,7 +358,8 @@ def side_round(calls: list[Call]) -> SideRound:
     blocked = [r.blocked_ms for r in records if r.blocked_ms is not None]
     return SideRound(ms=[r.ms for r in records], wall_ms=[r.wall_ms for r in records],
                      cpu_ms=cpu if len(cpu) == len(records) else [],
-                     blocked_ms=blocked if len(blocked) == len(records) else [])
+                     blocked_ms=blocked if len(blocked) == len(records) else [],
+                     device_probe_ms=[r.device_probe_ms for r in records if r.device_probe_ms is not None])
 
 
 # While a worker's calls are timed, the host's other Python threads (the memory watchdog, the
