@@ -125,16 +125,26 @@ stability() {
 slots() {
   stamp "slots"
   timeout -s INT -k 20 ${SLOTS_CAP:-120} python3 -m pytest -p no:cacheprovider -p live_report -n 4 -v --tb=short \
-    -m gpu tests/test_device_slots.py > "$OUT/slots.log" 2>&1
+    -m "gpu and not gpu_timing" tests/test_device_slots.py > "$OUT/slots.log" 2>&1
   stamp "slots rc=$?"; stop_leftovers
+  # Alone on the device: the speedup and the keeper's idle probe (idle against beside a busy context).
+  timeout -s INT -k 20 ${SLOTS_TIMING_CAP:-90} python3 -m pytest -p no:cacheprovider -p live_report -v -s --tb=short \
+    -m gpu_timing tests/test_device_slots.py > "$OUT/slots_timing.log" 2>&1
+  stamp "slots timing rc=$?"; stop_leftovers
 }
 
 # Item 3: the corpus's GPU cases alone (GPU-only hack families and the honest GPU controls).
 gpucases() {
   stamp "gpucases"
   timeout -s INT -k 20 ${GPUCASES_CAP:-150} python3 -m pytest -p no:cacheprovider -p live_report -n 4 -v --tb=short \
-    -m gpu tests/test_adversarial.py -k "test_adversarial_case and not container" > "$OUT/gpucases.log" 2>&1
+    -m "gpu and not gpu_timing" tests/test_adversarial.py -k "test_adversarial_case and not container" \
+    > "$OUT/gpucases.log" 2>&1
   stamp "gpucases rc=$?"; stop_leftovers
+  # Alone on the device: cases that act on the other side's windows through the device itself.
+  timeout -s INT -k 20 ${GPUCASES_TIMING_CAP:-90} python3 -m pytest -p no:cacheprovider -p live_report -v --tb=short \
+    -m "gpu and gpu_timing" tests/test_adversarial.py -k "test_adversarial_case and not container" \
+    > "$OUT/gpucases_timing.log" 2>&1
+  stamp "gpucases timing rc=$?"; stop_leftovers
 }
 
 # 1. The gpu-marked suite (the corpus's gpu cases run in the corpus phase): six lanes at once,

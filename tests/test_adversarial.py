@@ -40,7 +40,7 @@ STATUSES = {"correct", "incorrect", "compile_error", "runtime_error", "timeout",
 FLAGS = results.FLAGS  # the canonical list: kernelopt.sandbox.results.Flag
 KINDS = {"pytorch", "cpp_extension", "cuda_extension", "triton", "nvrtc_kernel", "cuda_graph",
          "library_setting", "torch_compile"}
-MARKERS = {"gpu", "slow", "bwrap", "cupy", "triton"}  # cupy, triton: the case imports that package
+MARKERS = {"gpu", "gpu_timing", "slow", "bwrap", "cupy", "triton"}  # cupy, triton: the case imports that package
 # key -> may it appear more than once
 HEADER_KEYS = {
     "problem": False,

@@ -489,6 +489,7 @@ class _CudaSlottedWorker(_SlottedWorker):
 
 
 @pytest.mark.gpu
+@pytest.mark.gpu_timing
 def test_the_keepers_idle_probe_is_short_on_an_idle_device_and_long_beside_another_contexts_work():
     """The probe the keeper times before every window (keeper.py, `_idle_probe_ms`): on an idle
     device about its own kernel's length; while another process keeps the device busy in its

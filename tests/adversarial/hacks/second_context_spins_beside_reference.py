@@ -2,6 +2,7 @@
 # expect-status: correct incorrect rejected
 # speedup-max: 1.5
 # marker: gpu
+# marker: gpu_timing
 # family: work left running on the device to slow the other side (a second CUDA context)
 # why: an exact ReLU, and beside it a CUDA context of its own (the driver API through ctypes) in
 #   which, as each call ends, it launches a kernel that spins for about 200 ms unless a flag in
