@@ -325,10 +325,9 @@ def _forget_kept_outputs(worker: WorkerProcess) -> None:
 
 def compare_round(timer: Timer, cand: list[Call], ref: list[Call], repeated_first: bool = False) -> None:
     """Every call of the round, the untimed first included: its invariants (its inputs unchanged,
-    where they were checked), and its outputs in
-    full against the reference's on the same inputs (by the keeper, on the device, where both
-    stayed there). A first call on a set answered before does not feed the input-dependence
-    test again."""
+    where they were checked), and its outputs in full against the reference's on the same
+    inputs (by the keeper, on the device, where both stayed there). A first call on a set
+    answered before does not feed the input-dependence test again."""
     conversation = timer.conversation
     for index, (c, r) in enumerate(zip(cand, ref)):
         rules.enforce(rules.call_invariants(c.record, r.record))

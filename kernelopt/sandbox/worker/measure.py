@@ -156,10 +156,10 @@ def describe_outputs(output, inputs, transport: str, slot=None) -> tuple[dict, l
     """What the host needs to take a call's outputs itself: their structure, each tensor's
     shape, dtype and device, and either where its values lie in this process's memory (MEMORY:
     the address of its first element and its strides, read by the host through /proc once the
-    group is frozen; contiguous, as `laid_out` made them, or the host refuses them), where they were copied in the device output slot `slot` (DEVICE: offset
-    and bytes; the keeper copies them out once the group is frozen), or its values as the
-    frame's blobs (FRAME: a container; DEVICE when they do not fit the slot: the host sizes
-    the next slot by the bytes that came). Whatever a program makes this say, the host compares
+    group is frozen; contiguous, as `laid_out` made them, or the host refuses them), where they
+    were copied in the device output slot `slot` (DEVICE: offset and bytes; the keeper copies
+    them out once the group is frozen), or its values as the frame's blobs (FRAME: a container;
+    DEVICE when they do not fit the slot: the host sizes the next slot by the bytes that came). Whatever a program makes this say, the host compares
     the values it takes, so a lie can only cost it."""
     from .commands import DEVICE, MEMORY
     from .transfer import structure
