@@ -140,7 +140,6 @@ def run_trials(phase: TrialPhase, indices: list[int]) -> ReferenceTrials | None:
 def judge_trial(phase: TrialPhase, index: int, seed: int, cand: Call, ref: Call, expected: list) -> None:
     """One trial's invariants and its outputs in full against the reference's."""
     rules.enforce(rules.call_invariants(cand.record, ref.record))
-    rules.enforce(rules.input_mutation(cand.record, ref.record))
     comparison = compare.compare_outputs(cand.outputs, expected, phase.options)
     phase.found.reduced_precision |= comparison.reduced_precision
     phase.found.trials.append(compare.trial_result(index, seed, comparison))

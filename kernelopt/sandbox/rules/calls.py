@@ -44,11 +44,6 @@ def output_shape(c: CallRecord, r: CallRecord) -> Verdict | None:
     return None
 
 
-def call_invariants(c: CallRecord, r: CallRecord) -> Verdict | None:
-    """The first of a call's invariants that fails (aliasing, structure, count, shapes)."""
-    return output_aliases_input(c) or output_structure(c, r) or output_count(c, r) or output_shape(c, r)
-
-
 @rule("input_mutation", status="rejected", flag="input_mutation", family="input mutation",
       example="hacks/mutate_input_inplace.py")
 def input_mutation(c: CallRecord, r: CallRecord) -> Verdict | None:
@@ -56,6 +51,13 @@ def input_mutation(c: CallRecord, r: CallRecord) -> Verdict | None:
     if not c.inputs_changed or r.inputs_changed:
         return None
     return make_verdict("input_mutation", "the candidate modified its inputs")
+
+
+def call_invariants(c: CallRecord, r: CallRecord) -> Verdict | None:
+    """The first of a call's invariants that fails (aliasing, structure, count, shapes, and its
+    inputs unchanged where the host checked them)."""
+    return (output_aliases_input(c) or output_structure(c, r) or output_count(c, r) or output_shape(c, r)
+            or input_mutation(c, r))
 
 
 # -- correctness ----------------------------------------------------------------------------
