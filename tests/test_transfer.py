@@ -104,13 +104,13 @@ def test_a_layout_is_contiguous_exactly_where_torch_says_so():
     import random
 
     named = [torch.empty(4, 6), torch.empty(4, 6).t(), torch.empty(8, 6)[:, :3], torch.empty(1, 6).expand(5, 6),
-             torch.empty(10).unfold(0, 4, 1), torch.empty(1, 1, 6), torch.empty(0, 3),
+             torch.empty(10).unfold(0, 4, 1), torch.empty(1, 1, 6), torch.empty(0, 3), torch.empty(4, 6)[:, :0],
              torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last)]
     chooser = random.Random(3)
     drawn = []
     for _ in range(3000):
         dims = chooser.randint(1, 3)
-        shape = [chooser.randint(1, 4) for _ in range(dims)]
+        shape = [chooser.randint(0, 4) for _ in range(dims)]
         drawn.append(torch.empty(256).as_strided(shape, [chooser.randint(0, 9) for _ in range(dims)]))
     for t in named + drawn:
         assert transfer.contiguous_layout(list(t.shape), list(t.stride())) is t.is_contiguous(), (t.shape, t.stride())

@@ -319,15 +319,6 @@ def _layout(meta: tuple[list[int], str, str]) -> tuple[list[int], torch.dtype]:
     return shape, dtype
 
 
-def _extent_bytes(shape: list[int], stride: list[int], dtype: torch.dtype) -> int:
-    """Bytes from an output's first element to its last, as its strides lay it out."""
-    if len(stride) != len(shape) or any(s < 0 for s in stride):
-        raise OutputsUnreadable(f"strides {stride} for shape {shape}")
-    if math.prod(shape) == 0:
-        return 0
-    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * dtype.itemsize
-
-
 def _from_memory(memory: ProcessMemory, layouts: list[tuple[list[int], torch.dtype]],
                  spans: list[tuple[int, list[int]]]) -> tuple[list[torch.Tensor], bool]:
     """Each output read from the worker's memory, its values laid out contiguously, once the
@@ -338,14 +329,14 @@ def _from_memory(memory: ProcessMemory, layouts: list[tuple[list[int], torch.dty
             # laid out here, a transpose's strided copy or a broadcast's values would be the
             # host's work, off the clock, and a 4-byte answer could claim gigabytes.
             raise OutputsUnreadable(f"output {index} is not laid out contiguously (strides {stride} for shape {shape})")
-    extents = [_extent_bytes(shape, stride, dtype) for (shape, dtype), (_, stride) in zip(layouts, spans)]
+    extents = [math.prod(shape) * dtype.itemsize for shape, dtype in layouts]  # contiguous: all they span
     needed = sum(extents)
     room = host_memory_room(needed)
     if needed > room:
         raise OutputsUnreadable(f"its outputs span {needed / 2**30:.2f} GiB, more than the host has room for "
                                 f"({room / 2**30:.2f} GiB)")
     outputs, aliased = [], False
-    for (shape, dtype), (address, stride), nbytes in zip(layouts, spans, extents):
+    for (shape, dtype), (address, _), nbytes in zip(layouts, spans, extents):
         if nbytes == 0:
             outputs.append(torch.empty(shape, dtype=dtype))
             continue

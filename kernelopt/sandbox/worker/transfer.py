@@ -92,9 +92,11 @@ def _plan(obj, placed: list[tuple[int, torch.Tensor]], size: list[int]):
 
 def contiguous_layout(shape: list[int], stride: list[int]) -> bool:
     """Whether strides lay a shape out row-major with no gaps (a dim of one element takes any
-    stride), as torch's is_contiguous says."""
+    stride, and a shape with no elements any strides), as torch's is_contiguous says."""
     if len(shape) != len(stride):
         return False
+    if 0 in shape:
+        return True
     expected = 1
     for size, step in zip(reversed(shape), reversed(stride)):
         if size != 1 and step != expected:
