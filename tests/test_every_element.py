@@ -120,11 +120,28 @@ def test_large_inputs_are_kept_by_their_seed():
     assert kept.calls[0].digest != input_set([torch.zeros(every_element.KEEP_BYTES // 16, 2)], seed=77).digest()
 
 
-def test_calls_too_large_to_keep_are_not_kept():
-    kept = every_element.Kept(2, random.Random(0))
-    big = torch.empty(every_element.KEEP_BYTES // 4 + 1, dtype=torch.uint8)
-    kept.offer(input_set([torch.zeros(1)]), _call([big]), _call([big]))
-    assert kept.calls == [] and kept.offered == 0
+def test_outputs_too_large_to_keep_are_kept_as_a_secret_sample_of_their_parts(monkeypatch):
+    """A call whose outputs do not fit its share of KEEP_BYTES is still kept (no fresh set is
+    answered for the check, which a program could tell apart): a random choice of each output's
+    parts that fits, the same parts of both sides' answers, drawn anew for every call."""
+    monkeypatch.setattr(every_element, "KEEP_BYTES", 1 << 20)
+    drawn = set()
+    for trial in range(3):
+        kept = every_element.Kept(2, random.Random(trial))
+        cand, ref = torch.randn(300_000), torch.randn(300_000)  # 2.4 MB of outputs against 512 KiB a call
+        kept.offer(input_set([torch.zeros(4)], seed=9), _call([cand]), _call([ref]))
+        [answered] = kept.calls
+        c0, r0 = answered.candidate[0], answered.reference[0]
+        assert isinstance(c0, every_element.PartSample) and isinstance(r0, every_element.PartSample)
+        assert c0.parts == r0.parts and list(c0.parts) == sorted(set(c0.parts))
+        size = every_element.part_size(300_000)
+        assert len(c0.parts) == int(1024 * (1 << 19) / 2_400_000)  # as many as fit
+        assert c0.values.numel() * 4 * 2 <= 1 << 19
+        assert torch.equal(c0.values, torch.cat([cand[p * size:(p + 1) * size] for p in c0.parts]))
+        assert torch.equal(r0.values, torch.cat([ref[p * size:(p + 1) * size] for p in r0.parts]))
+        assert torch.equal(r0.of(ref), r0.values) and r0.of(torch.zeros(3)) is None
+        drawn.add(c0.parts)
+    assert len(drawn) == 3
 
 
 # -- the response sums ----------------------------------------------------------------------
@@ -154,7 +171,7 @@ def test_response_sums_match_float64_arithmetic(dtype, numel):
         c1[numel // 2], r0[numel // 3], r1[numel - 1] = float("nan"), float("inf"), -big
         c0[numel // 4], c1[numel // 4] = big, -big  # a difference beyond the dtype's range
     tensors = [t.to(dtype) for t in (c0, c1, r0, r1)]
-    sums = every_element._PartSums(tensors[2])
+    sums = every_element._PartSums(tensors[2], every_element.part_size(numel))
     sums.add(*tensors)
     expected = _float64_part_sums(*tensors, sums.size)
     assert sums.sums.shape == expected.shape
@@ -256,9 +273,12 @@ CLOSED_FORMS = {
 }
 
 
-def judge(reference, candidate, make_inputs, checks: int = 4, seed: int = 0) -> tuple[bool, str | None]:
+def judge(reference, candidate, make_inputs, checks: int = 4, seed: int = 0, kept_share: float | None = None,
+          on_copies=None) -> tuple[bool, str | None]:
     """(allclose on every answer, the response test's finding) for `checks` base input sets
-    and their perturbed copies, swapped and mixed in turn, as every_element.check_elements runs them."""
+    and their perturbed copies, swapped and mixed in turn, as every_element.check_elements runs them.
+    `kept_share`: the bases' answers kept as that share of their parts (every_element.Kept, for
+    outputs too large to keep); `on_copies`: the candidate's answer to the copies, where it differs."""
     generator = torch.Generator().manual_seed(seed)
     chooser = random.Random(seed)
     response = every_element.Response()
@@ -269,9 +289,13 @@ def judge(reference, candidate, make_inputs, checks: int = 4, seed: int = 0) -> 
         outputs = {}
         for name, inputs in (("base", base), ("moved", moved)):
             values = unpacked(inputs)
-            outputs[name] = ([candidate(*values)], [reference(*values)])
+            answer = on_copies if name == "moved" and on_copies is not None else candidate
+            outputs[name] = ([answer(*values)], [reference(*values)])
             close &= compare.compare_outputs(*outputs[name], OPTIONS).passed
-        response.add(outputs["base"][0], outputs["moved"][0], outputs["base"][1], outputs["moved"][1])
+        before = outputs["base"]
+        if kept_share is not None:
+            before = every_element.Kept(1, chooser)._sampled(*before, kept_share)  # the reservoir's own sampling
+        response.add(before[0], outputs["moved"][0], before[1], outputs["moved"][1])
     return close, response.failure()
 
 
@@ -366,6 +390,31 @@ def test_a_subsampled_global_norm_is_caught():
     assert caught(reference, estimate, reduction_inputs)
 
 
+@pytest.mark.parametrize("share", [1 / 64, 1 / 1024])
+def test_a_secret_sample_of_the_parts_catches_the_estimates(share):
+    """Of outputs too large to keep, the bases keep a random share of their parts: the
+    estimates are caught on them as on whole outputs, and so is an estimate that computes
+    exactly on every call it recognises as the check's (the copies): its bases were answered
+    by estimate before anything told it they were bases."""
+    for name in REDUCTIONS:
+        if name in ("sum", "mean", "min") and share < 1 / 64:
+            continue  # a row reduction of 16K values: one part is a few of its values
+        reference, estimate = REDUCTIONS[name]
+        for on_copies in (None, reference):
+            close, finding = judge(reference, estimate, reduction_inputs, kept_share=share, on_copies=on_copies)
+            assert not close or finding is not None, (name, on_copies)
+
+
+def test_honest_reductions_and_norms_pass_on_a_sample_of_the_parts():
+    for name, (reference, _) in REDUCTIONS.items():
+        candidates = [reference, _reordered(name)]
+        if name != "sum":  # bfloat16 inputs to a sum of 2048 terms: outside the tolerance
+            candidates.append(lambda x, reference=reference: reference(x.bfloat16().float()))
+        for candidate in candidates:
+            close, finding = judge(reference, candidate, reduction_inputs, kept_share=1 / 64)
+            assert close and finding is None, (name, finding)
+
+
 def _reordered(name):
     """The same reduction in another order of its terms."""
     reference = REDUCTIONS[name][0]
@@ -415,6 +464,33 @@ def test_inputs_too_large_to_keep_are_made_again_from_their_seed(monkeypatch):
     result = evaluate(problem, source, EvalOptions(device="cpu", timing_budget=1, min_timed_calls=5))
     assert made and all(input_set is None for input_set in made)
     assert result.status == "incorrect" and result.rules[-1] == "output_ignores_elements", result.message
+
+
+def test_outputs_too_large_to_keep_still_make_the_bases_answered_calls(monkeypatch):
+    """Where both sides' outputs do not fit (KernelBench's gigabyte outputs; here KEEP_BYTES is
+    made small), the bases are still calls answered before anything told the program they were
+    bases, kept as a sample of their parts, and never fresh sets answered for the check. The
+    corpus's estimate that computes exactly after a long time frozen (the check's calls come
+    after one) is caught; before, with fresh bases, it read correct (2026-11-29, 160 MB outputs).
+    The honest blocked sum passes on the sampled parts."""
+    from kernelopt.sandbox import evaluate
+
+    monkeypatch.setattr(every_element, "KEEP_BYTES", 8 << 20)  # 16 MB outputs a side: 1/16 of their parts kept
+    fresh = []
+    original = every_element._fresh_base
+    monkeypatch.setattr(every_element, "_fresh_base", lambda check: fresh.append(1) or original(check))
+    sampled = []
+    original_add = every_element.Response.add
+    monkeypatch.setattr(every_element.Response, "add", lambda self, c0, c1, r0, r1: sampled.append(
+        isinstance(r0[0], every_element.PartSample)) or original_add(self, c0, c1, r0, r1))
+    options = EvalOptions(device="cpu", timing_budget=1, min_timed_calls=5)
+    problem, source = _corpus_case("FrobeniusNormalize", "hacks/estimate_exact_when_long_frozen.py")
+    result = evaluate(problem, source, options)
+    assert result.status == "incorrect" and result.rules[-1] == "output_ignores_elements", result.message
+    _, honest = _corpus_case("FrobeniusNormalize", "honest/frobenius_norm_blocked_sum.py")
+    result = evaluate(problem, honest, options)
+    assert result.status == "correct", result.message
+    assert not fresh and sampled and all(sampled)
 
 
 def test_with_the_check_off_the_referee_passes_a_strided_subsample():

@@ -9,8 +9,11 @@ moves when the input does. So, once timing is done, the host:
 
 1. picks answered calls: a uniform random choice among every trial and timed call of the
    evaluation (`Kept`, a reservoir the host fills as the calls pass, from its secret stream);
-   inputs too large to keep are made again by the reference from their seed, and only where
-   the outputs are too large to keep are fresh input sets answered for the check;
+   inputs too large to keep are made again by the reference from their seed, and of outputs
+   too large to keep a secret random choice of their parts is kept (`PartSample`): the bases
+   are always calls the program answered before it could know they would be bases, never fresh
+   sets answered for the check (a program that tells the check's calls apart, by how long it
+   was frozen before them, computes exactly there and would pass a fresh base);
 2. makes a perturbed copy of each one's inputs (perturbation.py), alternately with pairs of
    elements swapped within each input (every aggregate kept) and with elements taken from
    another input set the reference made (another kept call's, else a fresh one) at the same
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -72,24 +75,63 @@ EXTRA_COPIES = 2
 KEEP_BYTES = 1 << 30  # inputs and both sides' outputs of the kept calls, at most
 
 
+@dataclass(frozen=True)
+class PartSample:
+    """Some of an output's parts, kept where the whole output would not fit: the output cut as
+    the response test cuts it (`part_size` elements a part), the parts `parts` (sorted) of it,
+    their elements one part after another in `values`. The same parts are kept of both sides'
+    answers, and taken of both sides' answers to the copy (`of`)."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+    part_size: int
+    parts: tuple[int, ...]
+    values: torch.Tensor
+
+    @classmethod
+    def take(cls, output: torch.Tensor, parts: tuple[int, ...]) -> PartSample:
+        return cls(output.shape, output.dtype, part_size(output.numel()), parts, cls.gather(output, parts))
+
+    @staticmethod
+    def gather(output: torch.Tensor, parts: tuple[int, ...]) -> torch.Tensor:
+        flat, size = output.reshape(-1), part_size(output.numel())
+        return torch.cat([flat[part * size:(part + 1) * size] for part in parts]).clone()
+
+    def of(self, output: torch.Tensor) -> torch.Tensor | None:
+        """The same parts of another answer (None where it is not laid out alike)."""
+        if output.shape != self.shape or output.dtype != self.dtype:
+            return None
+        return self.gather(output, self.parts)
+
+
+def part_size(numel: int) -> int:
+    """How many elements each of an output's parts holds (up to PARTS parts)."""
+    return -(-numel // min(PARTS, numel)) if numel else 1
+
+
+KeptOutput = torch.Tensor | PartSample
+
+
 @dataclass
 class Answered:
     """One call both sides answered: its inputs (None where they were too large to keep: the
-    reference makes them again from the seed), and their outputs (host-owned tensors)."""
+    reference makes them again from the seed), and their outputs (host-owned tensors, or a
+    sample of each's parts where they were too large to keep)."""
 
     seed: int
     digest: str | None  # of the inputs, where they were not kept (InputSet.digest)
     input_set: InputSet | None
-    candidate: list[torch.Tensor]
-    reference: list[torch.Tensor]
+    candidate: Sequence[KeptOutput]
+    reference: Sequence[KeptOutput]
 
 
 @dataclass
 class Kept:
     """A uniform random choice of up to `capacity` answered calls among all offered (reservoir
     sampling, from the host's secret stream `chooser`): which ones is decided as they pass and
-    known only to the host. A call's inputs are kept where `capacity` of them fit KEEP_BYTES with
-    the outputs, else only their seed; calls whose outputs alone do not fit are not kept."""
+    known only to the host. Each kept call has KEEP_BYTES / capacity: its inputs are kept where
+    they fit beside its outputs, else only their seed; its outputs whole where they fit, else a
+    random choice of their parts that fits (the same parts of both sides')."""
 
     capacity: int
     chooser: random.Random
@@ -97,15 +139,16 @@ class Kept:
     calls: list[Answered] = field(default_factory=list)
 
     def offer(self, input_set: InputSet, candidate: Call, reference: Call) -> None:
-        slot = self.reserve(_nbytes(candidate.outputs) + _nbytes(reference.outputs))
+        slot = self.reserve()
         if slot is not None:
             self.put(slot, input_set, candidate, reference)
 
-    def reserve(self, outputs: int) -> int | None:
-        """Whether the next call offered, whose two sides' outputs take `outputs` bytes, is kept,
-        decided before it is made (the timed rounds then bring its outputs to the host rather
-        than compare them on the device): the place it takes (for `put`), or None."""
-        if self.capacity <= 0 or outputs * self.capacity > KEEP_BYTES:
+    def reserve(self) -> int | None:
+        """Whether the next call offered is kept, decided before it is made (the timed rounds
+        then bring its outputs to the host rather than compare them on the device): the place
+        it takes (for `put`), or None. Every call may be: outputs too large to keep whole are
+        kept as a sample of their parts."""
+        if self.capacity <= 0:
             return None
         self.offered += 1
         # The first `capacity` calls fill the places in turn (reserved ahead of their `put`s).
@@ -113,14 +156,38 @@ class Kept:
         return slot if slot < self.capacity else None
 
     def put(self, slot: int, input_set: InputSet, candidate: Call, reference: Call) -> None:
+        room = KEEP_BYTES // self.capacity
         outputs = _nbytes(candidate.outputs) + _nbytes(reference.outputs)
-        small = (outputs + len(input_set.packed)) * self.capacity <= KEEP_BYTES
+        small = outputs + len(input_set.packed) <= room
+        kept_candidate: Sequence[KeptOutput] = candidate.outputs
+        kept_reference: Sequence[KeptOutput] = reference.outputs
+        if outputs > room:
+            kept_candidate, kept_reference = self._sampled(candidate.outputs, reference.outputs, room / outputs)
         answered = Answered(input_set.seed, None if small else input_set.digest(), input_set if small else None,
-                            candidate.outputs, reference.outputs)
+                            kept_candidate, kept_reference)
         if slot < len(self.calls):
             self.calls[slot] = answered
         else:  # (a place reserved for a call that never came, the evaluation having failed, is skipped)
             self.calls.append(answered)
+
+    def _sampled(self, candidate: list[torch.Tensor], reference: list[torch.Tensor],
+                 share: float) -> tuple[list[KeptOutput], list[KeptOutput]]:
+        """`share` of each output's parts, drawn at random (at least one), the same of both
+        sides'; an output the two sides did not lay out alike is kept whole on neither (the
+        full comparisons have judged it)."""
+        kept_candidate: list[KeptOutput] = []
+        kept_reference: list[KeptOutput] = []
+        for cand, ref in zip(candidate, reference):
+            if cand.shape != ref.shape or cand.dtype != ref.dtype or ref.numel() == 0:
+                cand, ref = torch.empty(0), torch.empty(0)  # judged by no response test
+                kept_candidate.append(cand)
+                kept_reference.append(ref)
+                continue
+            count = -(-ref.numel() // part_size(ref.numel()))
+            parts = tuple(sorted(self.chooser.sample(range(count), max(1, int(count * share)))))
+            kept_candidate.append(PartSample.take(cand, parts))
+            kept_reference.append(PartSample.take(ref, parts))
+        return kept_candidate, kept_reference
 
 
 def _nbytes(tensors: list[torch.Tensor]) -> int:
@@ -154,8 +221,10 @@ def check_elements(check: ElementCheck, kept: Kept, checks: list[Check]) -> None
     index = -1
     while telling + refused < count and index + 1 < count * (1 + EXTRA_COPIES):
         index += 1
-        base = _with_inputs(check, bases[index]) if index < len(bases) else None
-        if base is None:
+        # A copy that told nothing is replaced by another copy of a kept call (the next one's,
+        # round and round), never of a set answered for the check alone.
+        base = _with_inputs(check, bases[index % len(bases)]) if bases else None
+        if base is None:  # no call kept, or the problem's inputs do not come out the same from a seed
             base = _fresh_base(check)
         assert base.input_set is not None
         moved = _perturbed(check, base.input_set, index, [b.input_set for b in bases if b.input_set is not None])
@@ -218,7 +287,9 @@ def _with_inputs(check: ElementCheck, answered: Answered) -> Answered | None:
 
 
 def _fresh_base(check: ElementCheck) -> Answered:
-    """A new input set both sides answer, where no answered call could be kept."""
+    """A new input set both sides answer, where no answered call can serve: none was kept, or
+    the problem's inputs do not come out the same from their seed. (A program that tells such a
+    call apart computes it exactly; the answered calls are bases wherever they can be.)"""
     input_set = check.conversation.make_inputs([check.chooser.randrange(1, 2**31 - 1)])[0]
     ref, cand = (_call(check, worker, input_set) for worker in (check.conversation.reference,
                                                                 check.conversation.candidate))
@@ -239,17 +310,19 @@ class Response:
         self.finding: str | None = None
         self.worst = 0.0  # the largest part's squared change difference over what is allowed
 
-    def add(self, cand_before: list[torch.Tensor], cand_after: list[torch.Tensor],
-            ref_before: list[torch.Tensor], ref_after: list[torch.Tensor]) -> bool:
+    def add(self, cand_before: Sequence[KeptOutput], cand_after: list[torch.Tensor],
+            ref_before: Sequence[KeptOutput], ref_after: list[torch.Tensor]) -> bool:
         """Judge one copy; whether it told anything: whether the reference's output moved beyond
         rounding in some part (a copy that barely moves a scalar loss cannot tell a closed form
-        from the reference, and the check draws another in its place)."""
+        from the reference, and the check draws another in its place). Where the answers before
+        were kept as a sample of their parts, those parts are judged."""
         telling = False
         for index, four in enumerate(zip(cand_before, cand_after, ref_before, ref_after)):
-            sums = _PartSums.of(four[2])
-            if sums is None or not all(t.shape == sums.shape and t.dtype == sums.dtype for t in four):
+            judged = _judged(*four)
+            sums = _PartSums.of(judged[2], judged[4]) if judged is not None else None
+            if judged is None or sums is None:
                 continue
-            sums.add(*four)
+            sums.add(*judged[:4])
             telling = telling or sums.moved()
             self.worst = max(self.worst, sums.worst())
             problem = sums.failure()
@@ -262,22 +335,40 @@ class Response:
         return self.finding
 
 
+def _judged(c0: KeptOutput, c1: torch.Tensor, r0: KeptOutput,
+            r1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int] | None:
+    """One output's four answers as the response test judges them, with the size of its parts:
+    whole, or, where the answers before were kept as a sample of parts, those parts of all four
+    (the sample's parts keep their size, so each is judged as the part it was). None where the
+    four are not laid out alike (an output whose shape changes with the input)."""
+    if isinstance(r0, PartSample):
+        if not isinstance(c0, PartSample) or c0.parts != r0.parts:
+            return None
+        c1_parts, r1_parts = r0.of(c1), r0.of(r1)
+        if c1_parts is None or r1_parts is None:
+            return None
+        return c0.values, c1_parts, r0.values, r1_parts, r0.part_size
+    if isinstance(c0, PartSample) or not all(t.shape == r0.shape and t.dtype == r0.dtype for t in (c0, c1, r1)):
+        return None
+    return c0, c1, r0, r1, part_size(r0.numel())
+
+
 class _PartSums:
     _ERROR, _CHANGE, _SQUARES = range(3)  # per part: sums of the squared error, change, and b0^2 + b1^2
 
-    def __init__(self, ref: torch.Tensor):
-        self.shape, self.dtype = ref.shape, ref.dtype
+    def __init__(self, ref: torch.Tensor, size: int):
+        self.dtype = ref.dtype
         self.numel = ref.numel()
-        self.size = -(-self.numel // min(PARTS, self.numel))
+        self.size = size
         self.count = -(-self.numel // self.size)
         self.sums = torch.zeros(3, self.count, dtype=torch.float64)
         self.honest = compare.honest_relative_error(ref.dtype)
 
     @classmethod
-    def of(cls, ref: torch.Tensor) -> _PartSums | None:
+    def of(cls, ref: torch.Tensor, size: int) -> _PartSums | None:
         if not ref.is_floating_point() or ref.numel() == 0:
             return None
-        return cls(ref)
+        return cls(ref, size)
 
     def add(self, c0: torch.Tensor, c1: torch.Tensor, r0: torch.Tensor, r1: torch.Tensor) -> None:
         flat = [t.reshape(-1) for t in (c0, c1, r0, r1)]

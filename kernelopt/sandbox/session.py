@@ -255,16 +255,11 @@ class CandidateSession:
         timer = rounds.Timer(self.conversation, self.options, self.device, self._seed_source, self.timing_cpus,
                              self.bytes_per_call, self._call_census, self.findings,
                              self._transport(), judge_dependence=self.judge_timed_dependence, kept=self.kept,
-                             floor=self._floor(), output_bytes=self._output_bytes())
+                             floor=self._floor())
         try:
             self.timing = rounds.measure(timer, self.checks)
         finally:
             self.compared_calls = timer.compared
-
-    def _output_bytes(self) -> int:
-        """Both sides' outputs of one call, as the reference's trials had them."""
-        expected = self.expected
-        return 2 * max((expected.output_bytes(i) for i in range(len(expected.outputs))), default=0) if expected else 0
 
     def _floor(self) -> physics.Floor | None:
         """The physical floor of one call: its inputs and outputs (counted on the reference's

@@ -56,7 +56,6 @@ class Timer:
     judge_dependence: bool = True
     kept: Kept | None = None  # answered calls for the every-element check (every_element.py)
     floor: Floor | None = None  # the physical floor of one call (physics.py), where a ceiling is known
-    output_bytes: int = 0  # both sides' outputs of one call (what keeping a call for the check costs)
     compared: int = 0  # timed calls compared in full (all of them)
     compared_on_device: int = 0  # ... of which by the keeper, on the device (device slots)
     reduced_precision_calls: int = 0  # ... whose error level showed arithmetic below the reference's precision
@@ -259,7 +258,7 @@ def timed_round(timer: Timer, calls: int, number: int) -> Round:
     first, second = (candidate, reference) if number % 2 == 0 else (reference, candidate)
     # Calls kept for the every-element check are chosen now: their outputs come to the host
     # (a set answered before is not offered twice).
-    kept_places = [timer.kept.reserve(timer.output_bytes) if timer.kept is not None and input_set is not again
+    kept_places = [timer.kept.reserve() if timer.kept is not None and input_set is not again
                    else None for input_set in inputs]
     checked = inputs_checked(kept_places, timer.chooser)
     if timer.compares_on_device:
