@@ -29,7 +29,7 @@
 # - a v0.1 evaluation (4096^2 matmul) takes over 50 s there: eval caps are generous.
 set -u
 OUT=${OUT:?set OUT to a folder for the logs}
-PHASES=${PHASES:-trace slots gpucases spy versus evalp1 identity stability suite corpus compile}
+PHASES=${PHASES:-trace inplace slots gpucases spy versus evalp1 identity stability suite corpus compile}
 IDENTITY_PROBLEMS=${IDENTITY_PROBLEMS:-19,23,1,40,47,88,95,4,12,42,36,54,63,97,24,9,26,50,82,99}
 export PYTHONUNBUFFERED=1 PYTHONPATH=tests LIVE_REPORT="$OUT/failures.txt"
 start=$(date +%s)
@@ -184,6 +184,16 @@ versus() {
     --ids "${VERSUS_PROBLEMS:-19,23,40,88,1}" --device cuda --timing-budget 1 --out "$OUT/versus" \
     > "$OUT/versus.log" 2>&1
   stamp "versus rc=$?"; stop_leftovers
+}
+
+# Whether a trusted process can read a worker's outputs where torch put them (a memory pool
+# exported as a descriptor, torch's cudaMallocAsync backend), so that no copy of the outputs need
+# lie in the window: the output slot's copy is a program's to skip (docs/referee.md, "Device
+# slots"). About 20 s.
+inplace() {
+  stamp "inplace"
+  timeout -k 5 ${INPLACE_CAP:-90} python3 benchmarks/in_place_outputs_probe.py > "$OUT/inplace.json" 2>&1
+  stamp "inplace rc=$?"; stop_leftovers
 }
 
 # 5. Cold compile times of the GPU backends.
