@@ -53,6 +53,25 @@ def test_a_contiguous_cpu_input_is_a_view_of_the_buffer_and_each_unpack_is_its_o
     assert second.data_ptr() != first.data_ptr()
 
 
+@pytest.mark.parametrize("make", [lambda: torch.randn(64, 32).t(), lambda: torch.randn(2, 3, 4, 5).permute(0, 2, 3, 1),
+                                  lambda: torch.randn(1, 6, 1, 7)[:, :, :, :].transpose(1, 3)])
+def test_a_dense_layout_is_a_view_of_the_buffer_with_its_strides(make):
+    """A transpose or channels-last input travels in its memory order and comes out as a view of
+    the slot: no copy into its layout inside the window, a step a program could skip."""
+    x = make()
+    spec, packed = transfer.pack([x])
+    buffer = bytearray(packed)
+    back = transfer.unpack(spec, buffer, CPU)[0]
+    assert back.stride() == x.stride() and torch.equal(back, x)
+    start = torch.frombuffer(buffer, dtype=torch.uint8).data_ptr()
+    assert start <= back.data_ptr() < start + len(buffer)  # a view, not a copy
+    buffer[:] = bytes(len(buffer))  # the host writes the next call's inputs into the same place
+    assert back.abs().sum().item() == 0.0
+    # The every-element check's view of the same values: contiguous, every element once.
+    [values] = transfer.packed_tensors(spec, bytearray(packed))
+    assert values.is_contiguous() and torch.equal(values.reshape(-1).sort().values, x.reshape(-1).sort().values)
+
+
 def test_requires_grad_travels():
     back = _round_trip([torch.randn(3, requires_grad=True)])
     assert back[0].requires_grad

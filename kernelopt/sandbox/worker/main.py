@@ -278,7 +278,10 @@ class Worker:
                 0 <= at and 0 <= size and at + size <= device_slot.size:
             buffer = device_slot.tensor().narrow(0, at, size)  # the keeper placed them there
         elif size is None and len(blobs) == 1:
-            buffer = bytearray(blobs[0])
+            # The frame's own bytes (the reader reads a blob into a bytearray): copied again here,
+            # inside the window, they would be a step whose work grows with the inputs and that a
+            # program could skip by replacing this one.
+            buffer = blobs[0] if isinstance(blobs[0], bytearray) else bytearray(blobs[0])
         elif (isinstance(size, int) and isinstance(at, int) and self.inputs_map is not None
               and 0 <= at and 0 <= size and at + size <= len(self.inputs_map)):
             buffer = memoryview(self.inputs_map)[at:at + size]

@@ -27,6 +27,8 @@ _view = torch.Tensor.view
 _reshape = torch.Tensor.reshape
 _requires_grad = torch.Tensor.requires_grad_
 _narrow = torch.Tensor.narrow
+_permute = torch.Tensor.permute
+_as_strided = torch.Tensor.as_strided
 _SCALARS = (bool, int, float, str, type(None))
 _DTYPES = {str(d): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
@@ -73,7 +75,12 @@ def _plan(obj, placed: list[tuple[int, torch.Tensor]], size: list[int]):
         if str(t.dtype) not in _DTYPES:
             raise TransferError(f"inputs of dtype {t.dtype} are not supported")
         dense = t.is_contiguous() or _non_overlapping_dense(t)
-        values = _contiguous(_to(t, "cpu"))
+        # A dense layout's values in its memory order (a transpose's as its storage holds them),
+        # so that the worker unpacks it as a view with the same strides: a copy into that layout
+        # inside the window would be the harness's work, and a program's to skip.
+        in_memory_order = dense and not t.is_contiguous()
+        values = _contiguous(_to(_permute(t, memory_order(list(t.shape), list(t.stride()))) if in_memory_order else t,
+                                 "cpu"))
         nbytes = values.numel() * values.element_size()
         offset = size[0] + (-size[0]) % ALIGN
         if nbytes:
@@ -103,6 +110,13 @@ def contiguous_layout(shape: list[int], stride: list[int]) -> bool:
             return False
         expected *= size
     return True
+
+
+def memory_order(shape: list[int], stride: list[int]) -> list[int]:
+    """The dims of a dense layout from the outermost in memory to the innermost (largest stride
+    first; dims of one element, whose stride says nothing, where they stand): the permutation
+    under which the layout is contiguous."""
+    return sorted(range(len(shape)), key=lambda d: (-stride[d] if shape[d] != 1 else 0, d))
 
 
 def _non_overlapping_dense(t: torch.Tensor) -> bool:
@@ -149,7 +163,9 @@ def packed_tensors(spec, buffer) -> list[torch.Tensor]:
 
 
 def _packed_values(meta: dict, buffer) -> torch.Tensor:
-    """One tensor's packed values, a contiguous view of `buffer` in the tensor's shape."""
+    """One tensor's packed values, a contiguous view of `buffer`: in the tensor's shape, or for a
+    dense layout packed in its memory order, in that order's shape (a transpose's untransposed
+    matrix: its elements and their neighbours as in memory)."""
     dtype_name = meta.get("dtype")
     dtype = _DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     shape, offset, nbytes = meta.get("shape"), meta.get("offset"), meta.get("nbytes")
@@ -164,14 +180,19 @@ def _packed_values(meta: dict, buffer) -> torch.Tensor:
         flat = _view(_narrow(buffer, 0, offset, nbytes), dtype)
     else:
         flat = _view(_frombuffer(buffer, dtype=_uint8, count=nbytes, offset=offset), dtype)
+    stride = meta.get("stride")
+    if isinstance(stride, list) and len(stride) == len(shape) and not contiguous_layout(shape, stride):
+        shape = [shape[d] for d in memory_order(shape, stride)]
     return _reshape(flat, shape)
 
 
 def _unpack_tensor(meta: dict, buffer, device: torch.device) -> torch.Tensor:
-    values = _packed_values(meta, buffer)
-    shape, dtype, stride = meta["shape"], values.dtype, meta.get("stride")
-    contiguous = stride is None or stride == list(values.stride()) or values.numel() <= 1
-    if values.device.type == device.type and contiguous:
+    """One tensor: a view of the buffer with the packed layout (a dense layout's strides over its
+    memory order) where the buffer is on `device`, else a fresh copy there."""
+    packed = _packed_values(meta, buffer)
+    shape, dtype, stride = meta["shape"], packed.dtype, meta.get("stride")
+    values = _as_strided(packed, shape, stride) if stride is not None and packed.numel() > 1 else _reshape(packed, shape)
+    if values.device.type == device.type:
         if meta.get("grad"):
             _requires_grad(values, True)
         return values

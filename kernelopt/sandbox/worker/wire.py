@@ -129,9 +129,9 @@ class FrameReader:
         blob's size. (Growing the buffer and slicing it held a blob three times over: a 6 GiB
         reply of input sets took 18 GiB of the host's memory.)"""
         if len(self._buffer) >= size:
-            data = bytes(self._buffer[:size])
+            data = self._buffer[:size]  # a bytearray of its own, writable as a read blob always is
             del self._buffer[:size]
-            return data
+            return data  # type: ignore[return-value]  # bytes-like
         blob = bytearray(size)
         view = memoryview(blob)
         have = len(self._buffer)
