@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from kernelopt.kernelbench import load_problem
-from kernelopt.sandbox import EvalOptions, device_slots, evaluate
+from kernelopt.sandbox import EvalOptions, device_slots, evaluate, rules
+from kernelopt.sandbox.records import CallRecord
 from kernelopt.sandbox.input_files import InputSlot
 from kernelopt.sandbox.worker import commands, device_memory, transfer
 
@@ -244,6 +245,56 @@ def test_a_full_device_sends_the_outputs_to_the_host_rather_than_fail(monkeypatc
     assert reply["kept"] is False and "0" not in keeper.kept
     assert bytes(host.map[:8]) == bytes(range(8))
     for closable in (worker_view, host, ours, theirs):
+        closable.close()
+
+
+def test_the_window_ends_at_a_sample_and_outputs_written_after_it_are_seen(monkeypatch):
+    """The keeper ends a window by reading a secret sample of the outputs' bytes; its copy of
+    all of them comes just after, outside the window. Bytes written in between (work a program
+    left running on the device past its answer) show as late writes; before the next window,
+    the part of the output slot the outputs took holds poison, so an output not written at all
+    by then reads as poison, not as the last call's values."""
+    from kernelopt.sandbox import keeper as keeper_module
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    keeper = keeper_module.Keeper(device_memory.HOST, 0, theirs)
+    views = {}
+    for name in ("inputs", "outputs"):
+        keeper.alloc({"name": name, "size": 1 << 16})
+        _, fds, _, _ = socket.recv_fds(ours, 1, 1)
+        views[name] = device_memory.open_slot(device_memory.HOST, fds[0], 1 << 16)
+    shared = {name: device_slots.HostBuffer(1 << 16) for name in ("host-inputs", "host")}
+    for name, buffer in shared.items():
+        socket.send_fds(ours, [b"f"], [buffer.fd])
+        keeper.share({"name": name, "size": 1 << 16})
+    spans = [[0, 3000], [4096, 5000]]
+    outputs = views["outputs"].tensor()
+    outputs[:3000], outputs[4096:9096] = 7, 9
+    assert keeper.take({"slot": "outputs", "spans": spans, "dest": "host"})["late_writes"] == 0
+    assert bytes(shared["host"].map[:8000]) == bytes([7] * 3000 + [9] * 5000)
+
+    keeper.place({"slot": "inputs", "source": "host-inputs", "at": 0, "size": 64, "poison": "outputs"})
+    assert bool((outputs[:9096] == keeper_module.POISON).all()) and int(outputs[9096]) == 0
+
+    original_wait = keeper._wait
+    waits = []
+
+    def a_late_write():  # the device finishing the program's work just after the sample was read
+        original_wait()
+        if not waits:
+            outputs[4096:9096] = 9
+        waits.append(1)
+
+    outputs[:3000] = 7  # the first output written in the window, the second not yet
+    monkeypatch.setattr(keeper, "_wait", a_late_write)
+    reply = keeper.take({"slot": "outputs", "spans": spans, "dest": "host"})
+    # 256 bytes drawn from 8000, 5000 of them written late: all escape with chance (3/8)^256
+    assert reply["late_writes"] > 0
+    assert bytes(shared["host"].map[:8000]) == bytes([7] * 3000 + [9] * 5000)  # the copy: all there
+    record = CallRecord(seed=0, ms=1.0, wall_ms=1.0, cpu_ms=None, meta=[], late_writes=reply["late_writes"])
+    assert rules.call_invariants(record, CallRecord(seed=0, ms=1.0, wall_ms=1.0, cpu_ms=None, meta=[])).rule == \
+        "outputs_written_after_the_window"
+    for closable in (*views.values(), *shared.values(), ours, theirs):
         closable.close()
 
 

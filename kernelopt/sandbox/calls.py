@@ -117,6 +117,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
     cpu_after = worker.cpu_seconds() if cpu_clock else None
     parsed = _parse(conversation, worker, reply, input_set.seed)
     end, device_inputs_held, comparison = frozen if transport == commands.MEMORY else answered, None, None
+    late_writes = 0
     # Outputs stay with the keeper only where the answer put them in the device slot.
     step = (dataclasses.replace(on_device, layouts=tuple((list(m[0]), m[1]) for m in parsed.meta))
             if on_device is not None and slots is not None and parsed.slot_spans is not None else None)
@@ -126,6 +127,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
             check = (at, len(input_set.packed)) if check_inputs and placed else None
             taken = _take_from_slots(slots, parsed, blobs, check, end, step)
             end, device_inputs_held, comparison = taken.at, taken.inputs_held, taken.comparison
+            late_writes = taken.late_writes
             kept = step.keep if step is not None and taken.kept else None
         stays = kept is not None or comparison is not None
         outputs, aliased = ([], parsed.aliases_input) if stays else take_outputs(worker, parsed, blobs, transport)
@@ -157,7 +159,7 @@ def run_call(conversation: Conversation, worker: WorkerProcess, input_set: Input
                         cpu_ms=cpu_ms, blocked_ms=blocked_ms, meta=[(list(m[0]), m[1], m[2]) for m in parsed.meta],
                         structure=parsed.structure, aliases_input=aliased, inputs_changed=changed,
                         input_bytes=len(input_set.packed), steps_ms={k: v * 1e3 for k, v in steps.items()},
-                        device_probe_ms=probe_ms)
+                        device_probe_ms=probe_ms, late_writes=late_writes)
     return Call(record=record, outputs=outputs, kept=kept,
                 comparison=Comparison(**comparison) if comparison is not None else None)
 

@@ -193,14 +193,16 @@ class OnDevice:
 
 @dataclass(frozen=True)
 class Taken:
-    """What a take gave: the time the keeper had the outputs (the window's end), whether the
-    device input slot still held the inputs (None: not asked), the comparison's fields where it
-    compared on the device (compare.Comparison), and whether it kept them."""
+    """What a take gave: the window's end (the keeper had read its sample of the outputs),
+    whether the device input slot still held the inputs (None: not asked), the comparison's
+    fields where it compared on the device (compare.Comparison), whether it kept them, and how
+    many sampled bytes changed after the window ended."""
 
     at: float
     inputs_held: bool | None
     comparison: dict | None = None
     kept: bool = False  # the keeper kept them (asked to, it sends them to the host where the device is full)
+    late_writes: int = 0  # bytes of the window's-end sample that the outputs' later copy found changed
 
 
 class WorkerSlots:
@@ -241,7 +243,8 @@ class WorkerSlots:
         """Copy a call's packed inputs from the host's input slot into the device input slot:
         the keeper's idle probe just after, in ms (None without a GPU)."""
         reply = self.keeper.request({"cmd": "place", "slot": self._part("inputs"),
-                                     "source": self._part("host-inputs"), "at": at, "size": size})
+                                     "source": self._part("host-inputs"), "at": at, "size": size,
+                                     "poison": self._part("outputs")})
         probe = reply.get("probe_ms")
         return float(probe) if isinstance(probe, (int, float)) else None
 
@@ -262,7 +265,8 @@ class WorkerSlots:
         reply = self.keeper.request(message)
         held = reply.get("inputs_held")
         return Taken(float(reply["taken_at"]), bool(held) if held is not None else None, reply.get("comparison"),
-                     kept=bool(on_device is not None and on_device.keep is not None and reply.get("kept", True)))
+                     kept=bool(on_device is not None and on_device.keep is not None and reply.get("kept", True)),
+                     late_writes=int(reply.get("late_writes", 0)))
 
     def give(self, key: str, size: int) -> None:
         """Have the keeper copy the `size` bytes of outputs it kept under `key` (this worker's)

@@ -9,13 +9,19 @@ worker. For every call it then does, with the worker frozen:
     place  return the device's persisting L2 lines to normal (a program's persisting lines would
            hold part of L2 through the other side's window), copy the call's packed inputs from
            the host's input slot (shared memory) into the worker's device input slot, at the
-           same offsets, wait for the copy, and time a short kernel of its own (is the device
-           idle as the window opens?);
-    take   copy the outputs the worker's answer locates in its device output slot into the
-           keeper's own memory, wait for the copy and note the time (the end of the call's
-           window: any work the worker left running is either in the copy or wrong in it), then
-           copy them into the host's output buffer (shared memory) and, when asked, check that
-           the device input slot still holds what was placed. In the timed rounds the host may
+           same offsets, fill the part of the output slot the last outputs took with a poison
+           (every byte 0xFF), wait, and time a short kernel of its own (is the device idle as
+           the window opens?);
+    take   read a secret random sample of the bytes of the outputs the worker's answer locates
+           in its device output slot, wait, and note the time: the end of the call's window.
+           Then, outside it, copy the outputs into the keeper's own memory and check the sample
+           against that copy: a byte that changed since the window ended (the poison, or last
+           call's value, overwritten late) means work the worker left running on the device
+           past its window (`late_writes`, a rule's); work it had not finished by the copy is
+           wrong in it. Then copy them into the host's output buffer (shared memory) and, when
+           asked, check that the device input slot still holds what was placed. Only the sample
+           lies in the window, not a pass over the outputs, which for a call that only moves
+           memory is as large as the call. In the timed rounds the host may
            instead have them kept here (`keep`) and, for the other side's call on the same
            inputs, compared on the device with the kept ones (`compare`: the host's own
            comparison code, sandbox/compare.py), so that neither side's outputs cross to host
@@ -48,6 +54,11 @@ from kernelopt.sandbox.worker import device_memory, wire
 
 
 PROBE_CYCLES = 20_000  # the idle probe's kernel: about 10-15 us at a datacenter GPU's clocks
+# Bytes of a call's outputs read at the window's end. A program that leaves a share f of its
+# output's bytes to be written after the window escapes one call with probability (1 - f)^SAMPLE
+# (f = 1 %: 7.6 %, and it gains 1 %; f = 10 %: 2e-12).
+SAMPLE = 256
+POISON = 0xFF  # what an output slot holds before a window, where the last outputs lay
 
 
 class Keeper:
@@ -62,6 +73,8 @@ class Keeper:
         self.shared: dict[str, device_memory.Mapping] = {}  # the host's shared memory, by name
         self.staging: Any = None  # the keeper's own copy of the last outputs taken (a uint8 tensor)
         self.kept: dict[str, Any] = {}  # outputs kept for a comparison, by the host's key
+        self.extents: dict[str, int] = {}  # per output slot, how far the last outputs taken reached
+        self.random = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))  # no worker knows it
 
     def alloc(self, msg: dict) -> dict:
         mapping, fd = device_memory.allocate(self.kind, int(msg["size"]), self.device_index)
@@ -91,6 +104,9 @@ class Keeper:
             device_memory.reset_persisting_l2(self.device_index)  # before every window, both sides'
         target = self.slots[msg["slot"]].tensor()[at:at + size]
         target.copy_(self.shared[msg["source"]].tensor()[at:at + size])
+        poisoned = msg.get("poison")
+        if poisoned in self.slots:  # the outputs' slot: what the window does not write reads as poison
+            self.slots[poisoned].tensor()[:self.extents.get(poisoned, 0)].fill_(POISON)
         self._wait()
         return {"ok": True, "probe_ms": self._idle_probe_ms()}
 
@@ -115,6 +131,10 @@ class Keeper:
         slot = self.slots[msg["slot"]].tensor()
         spans = [(int(offset), int(size)) for offset, size in msg["spans"]]
         total = sum(size for _, size in spans)
+        drawn, where = self._sample(spans, total)
+        sample = slot[where.to(slot.device)]
+        self._wait()
+        taken_at = time.perf_counter()  # the window's end; the copy below lies outside it
         if self.staging is None or self.staging.numel() < total:
             self.staging = self.torch.empty(total, dtype=self.torch.uint8, device=slot.device)
         placed = 0
@@ -122,9 +142,10 @@ class Keeper:
             self.staging[placed:placed + size].copy_(slot[offset:offset + size])
             placed += size
         self._wait()
-        taken_at = time.perf_counter()
+        self.extents[msg["slot"]] = max((offset + size for offset, size in spans), default=0)
         taken = self.staging[:total]
-        reply: dict = {"ok": True, "taken_at": taken_at}
+        late = int((taken[drawn.to(taken.device)] != sample).sum()) if total else 0
+        reply: dict = {"ok": True, "taken_at": taken_at, "late_writes": late}
         to_host = msg.get("to_host", True)
         if msg.get("keep"):
             try:
@@ -142,6 +163,20 @@ class Keeper:
             now = self.slots[check["slot"]].tensor()[at:at + size]
             reply["inputs_held"] = bool(self.torch.equal(now.cpu(), placed_inputs))
         return reply
+
+    def _sample(self, spans: list[tuple[int, int]], total: int) -> tuple[Any, Any]:
+        """SAMPLE random bytes of the outputs at `spans` (offset, size in the slot), drawn anew
+        for every call: their places among the outputs laid end to end, and in the slot (CPU
+        tensors: one small copy to the device, not a kernel per step, inside the window)."""
+        torch = self.torch
+        if not total:
+            empty = torch.zeros(0, dtype=torch.int64)
+            return empty, empty
+        drawn = torch.randint(0, total, (SAMPLE,), generator=self.random)
+        starts = torch.tensor([0] + [size for _, size in spans]).cumsum(0)[:-1]
+        offsets = torch.tensor([offset for offset, _ in spans])
+        span = torch.searchsorted(starts, drawn, right=True) - 1
+        return drawn, offsets[span] + (drawn - starts[span])
 
     def _compare(self, taken: Any, spec: dict) -> dict:
         """The outputs just taken against those kept under spec["with"] (dropped then), laid out

@@ -53,6 +53,9 @@ class CallRecord:
     # The keeper's idle probe of the device just before the window (device slots only): a short
     # kernel's time, long where another context held the device (keeper.py).
     device_probe_ms: float | None = None
+    # Device slots: bytes of the outputs sampled as the window ended that had changed by the
+    # keeper's copy just after (work left running on the device past the window).
+    late_writes: int = 0
 
 
 @dataclass

@@ -53,11 +53,23 @@ def input_mutation(c: CallRecord, r: CallRecord) -> Verdict | None:
     return make_verdict("input_mutation", "the candidate modified its inputs")
 
 
+@rule("outputs_written_after_the_window", status="rejected", flag="inconsistent_outputs",
+      family="work after the answer (the device left running)")
+def outputs_written_after_the_window(c: CallRecord) -> Verdict | None:
+    """Outputs changed after the call's window ended (device slots: the keeper's sample at its end against its copy just after)."""
+    if not c.late_writes:
+        return None
+    return make_verdict("outputs_written_after_the_window",
+                        f"{c.late_writes} of the output bytes sampled as the call's window ended had changed by the "
+                        f"copy just after it: work left running on the device past the answer (synchronize before "
+                        f"returning, in every context the program made)")
+
+
 def call_invariants(c: CallRecord, r: CallRecord) -> Verdict | None:
-    """The first of a call's invariants that fails (aliasing, structure, count, shapes, and its
-    inputs unchanged where the host checked them)."""
+    """The first of a call's invariants that fails (aliasing, structure, count, shapes, its
+    inputs unchanged where the host checked them, and its outputs unchanged after its window)."""
     return (output_aliases_input(c) or output_structure(c, r) or output_count(c, r) or output_shape(c, r)
-            or input_mutation(c, r))
+            or input_mutation(c, r) or outputs_written_after_the_window(c))
 
 
 # -- correctness ----------------------------------------------------------------------------

@@ -67,6 +67,10 @@ NO_CORPUS_EXAMPLE: dict[str, str] = {
     "unusable_outputs": "the worker describes outputs after checking each is a plain tensor (output_not_plain_tensor); "
                         "tests/test_calls.py names unmapped memory",
     "unoffered_build": "a build request is sent by the worker's own build hook, only when host builds are on",
+    "outputs_written_after_the_window": "needs a GPU, and which of three verdicts a program left running past its "
+                                        "answer gets depends on the device's timing "
+                                        "(hacks/answer_before_the_device_finishes.py); tests/test_device_slots.py "
+                                        "writes late into a slot the keeper samples",
     "guard_unknown_finding": "the guard names only known flags; a made-up flag would need the candidate to write "
                              "the report",
     "init_inputs_changed": "the init inputs are made in the candidate's worker before its module's code can "

@@ -199,7 +199,7 @@ def device_probes(cand: list[SideRound], ref: list[SideRound]) -> dict[str, dict
 
 _TRANSPORTS = {
     commands.DEVICE: "; inputs placed in device slots and outputs taken from them by a trusted keeper while the "
-                     "worker is frozen, the window ending when the keeper has the outputs",
+                     "worker is frozen, the window ending when the keeper has read a secret sample of them",
     commands.MEMORY: "; outputs read from the frozen worker's memory",
     commands.FRAME: "; outputs sent in the worker's answer, inside the window on both sides",
 }

@@ -6,9 +6,10 @@
 # why: does the reference's own work, but switches off the harness's device-wide wait before
 #   the answer (its module global) and the copies of its outputs into the device output slot
 #   are queued behind the work, so the worker answers while the device still computes. The
-#   window ends only when the trusted keeper holds a copy of the outputs (taken after the host
-#   froze the worker): either that copy comes after the work, and the work is on the clock, or
-#   before it, and the outputs are wrong
+#   window ends only when the trusted keeper has read a secret sample of the outputs' bytes
+#   (after the host froze the worker), and the keeper copies them all just after: either the
+#   sample comes after the work, and the work is on the clock, or before it, and the copy finds
+#   sampled bytes changed (rejected, outputs_written_after_the_window) or the outputs wrong
 import sys
 
 import torch.nn as nn

@@ -7,9 +7,11 @@
 #   there, runs the kernel and copies the result back into the returned tensor, all queued on a
 #   stream of that context and none of it waited for. The harness's wait before the answer,
 #   torch.cuda.synchronize, waits for the primary context alone, so the work could outlive the
-#   window. The window ends only when the trusted keeper holds the outputs it took after the
-#   freeze: either the device ran the second context's work before that take (then it was on the
-#   clock, and two contexts switching cost more than one), or the outputs it took are stale
+#   window. The window ends only when the trusted keeper has read a secret sample of the
+#   outputs after the freeze, and its copy of them all just after must agree with the sample:
+#   either the device ran the second context's work before the sample (then it was on the
+#   clock, and two contexts switching cost more than one), or sampled bytes changed after it
+#   (rejected), or the outputs it copied are stale
 import ctypes
 
 import torch
