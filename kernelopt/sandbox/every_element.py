@@ -95,7 +95,7 @@ class PartSample:
     @staticmethod
     def gather(output: torch.Tensor, parts: tuple[int, ...]) -> torch.Tensor:
         flat, size = output.reshape(-1), part_size(output.numel())
-        return torch.cat([flat[part * size:(part + 1) * size] for part in parts]).clone()
+        return torch.cat([flat[part * size:(part + 1) * size] for part in parts])  # a new tensor: no view of the answer
 
     def of(self, output: torch.Tensor) -> torch.Tensor | None:
         """The same parts of another answer (None where it is not laid out alike)."""
