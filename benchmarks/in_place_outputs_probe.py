@@ -38,13 +38,13 @@ import subprocess
 import sys
 import time
 
+# The device slots' own bindings of the driver (loaded with cuInit, errors named), reused here.
+from kernelopt.sandbox.worker.device_memory import _check, _current_context, _Location
+from kernelopt.sandbox.worker.device_memory import _cuda as _driver
+
 _POSIX_FD = 1  # CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 _MEMPOOL_HANDLE = 17  # CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE
 _RANGE_START = 11  # CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
-
-
-class _Location(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
 
 class _PoolProps(ctypes.Structure):  # CUmemPoolProps (cuda.h, CUDA 12-13): 88 bytes
@@ -55,17 +55,6 @@ class _PoolProps(ctypes.Structure):  # CUmemPoolProps (cuda.h, CUDA 12-13): 88 b
 
 class _ExportData(ctypes.Structure):  # CUmemPoolPtrExportData
     _fields_ = [("reserved", ctypes.c_ubyte * 64)]
-
-
-def _driver():
-    driver = ctypes.CDLL("libcuda.so.1")
-    _check(driver.cuInit(0), "cuInit")
-    return driver
-
-
-def _check(result: int, call: str) -> None:
-    if result != 0:
-        raise RuntimeError(f"{call} failed with CUresult {result}")
 
 
 def _timed(step, times: dict, name: str):
@@ -88,10 +77,9 @@ def exporter(channel_fd: int, elements: int) -> None:
     times: dict = {}
     channel = socket.socket(fileno=channel_fd)
     driver = _driver()
-    device, context = ctypes.c_int(), ctypes.c_void_p()
+    _current_context(0)  # the primary context, which torch will use
+    device = ctypes.c_int()
     _check(driver.cuDeviceGet(ctypes.byref(device), 0), "cuDeviceGet")
-    _check(driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
-    _check(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
     props = _PoolProps(allocType=1, handleTypes=_POSIX_FD, location=_Location(1, 0))  # pinned, on device 0
     pool = ctypes.c_void_p()
     _timed(lambda: _check(driver.cuMemPoolCreate(ctypes.byref(pool), ctypes.byref(props)), "cuMemPoolCreate"),

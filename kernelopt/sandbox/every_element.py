@@ -84,24 +84,28 @@ class PartSample:
 
     shape: torch.Size
     dtype: torch.dtype
-    part_size: int
     parts: tuple[int, ...]
     values: torch.Tensor
 
     @classmethod
     def take(cls, output: torch.Tensor, parts: tuple[int, ...]) -> PartSample:
-        return cls(output.shape, output.dtype, part_size(output.numel()), parts, cls.gather(output, parts))
+        return cls(output.shape, output.dtype, parts, _gather(output, parts))
 
-    @staticmethod
-    def gather(output: torch.Tensor, parts: tuple[int, ...]) -> torch.Tensor:
-        flat, size = output.reshape(-1), part_size(output.numel())
-        return torch.cat([flat[part * size:(part + 1) * size] for part in parts])  # a new tensor: no view of the answer
+    @property
+    def part_size(self) -> int:
+        return part_size(self.shape.numel())
 
     def of(self, output: torch.Tensor) -> torch.Tensor | None:
         """The same parts of another answer (None where it is not laid out alike)."""
         if output.shape != self.shape or output.dtype != self.dtype:
             return None
-        return self.gather(output, self.parts)
+        return _gather(output, self.parts)
+
+
+def _gather(output: torch.Tensor, parts: tuple[int, ...]) -> torch.Tensor:
+    """The elements of `parts` of an output, one part after another (a new tensor, no view of it)."""
+    flat, size = output.reshape(-1), part_size(output.numel())
+    return torch.cat([flat[part * size:(part + 1) * size] for part in parts])
 
 
 def part_size(numel: int) -> int:
@@ -179,9 +183,8 @@ class Kept:
         kept_reference: list[KeptOutput] = []
         for cand, ref in zip(candidate, reference):
             if cand.shape != ref.shape or cand.dtype != ref.dtype or ref.numel() == 0:
-                cand, ref = torch.empty(0), torch.empty(0)  # judged by no response test
-                kept_candidate.append(cand)
-                kept_reference.append(ref)
+                kept_candidate.append(torch.empty(0))  # judged by no response test
+                kept_reference.append(torch.empty(0))
                 continue
             count = -(-ref.numel() // part_size(ref.numel()))
             parts = tuple(sorted(self.chooser.sample(range(count), max(1, int(count * share)))))

@@ -114,8 +114,8 @@ def contiguous_layout(shape: list[int], stride: list[int]) -> bool:
 
 def memory_order(shape: list[int], stride: list[int]) -> list[int]:
     """The dims of a dense layout from the outermost in memory to the innermost (largest stride
-    first; dims of one element, whose stride says nothing, where they stand): the permutation
-    under which the layout is contiguous."""
+    first; dims of one element, whose stride says nothing, last): the permutation under which
+    the layout is contiguous."""
     return sorted(range(len(shape)), key=lambda d: (-stride[d] if shape[d] != 1 else 0, d))
 
 
