@@ -50,6 +50,7 @@ DEFAULT_PAIRS = {
 # their process, or do work where the host does not look; against ReLU, softmax and GELU.
 ROUND4_PAIRS = {
     "chaos_replace_every_harness_step.py": ROWWISE,
+    "chaos_with_the_guard_blinded.py": ROWWISE,
     "answer_then_finish_in_a_thread.py": ROWWISE,
     "cheaper_harness_description.py": ROWWISE,
     "constant_after_the_trials.py": ROWWISE,
