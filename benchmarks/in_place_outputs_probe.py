@@ -108,11 +108,14 @@ def exporter(channel_fd: int, elements: int) -> None:
                "cuPointerGetAttribute")
         _check(driver.cuMemPoolExportPointer(ctypes.byref(data), ctypes.c_uint64(start.value)), "cuMemPoolExportPointer")
 
-    _timed(export_pointer, times, "pointer_export_first")
-    _timed(export_pointer, times, "pointer_export_again")
     report = {"times_ms": times, "from_our_pool": owner.value == pool.value,
               "offset": out.data_ptr() - start.value, "sum": float(out.double().sum()),
               "allocator": torch.cuda.get_allocator_backend(), "torch": torch.__version__}
+    try:  # reported either way: the pool's answer matters even where the export fails
+        _timed(export_pointer, times, "pointer_export_first")
+        _timed(export_pointer, times, "pointer_export_again")
+    except RuntimeError as exc:
+        report["pointer_export_error"] = str(exc)
     socket.send_fds(channel, [json.dumps(report).encode() + b"\n" + bytes(data.reserved)], [exported_fd.value])
     channel.recv(1)  # the importer has freed its import: only now may the output go
 
@@ -133,15 +136,21 @@ def importer(elements: int, use_namespace: bool) -> dict:
     env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}
     child = subprocess.Popen(command, pass_fds=(theirs.fileno(),), env=env)
     theirs.close()
-    ours.settimeout(120)
+    ours.settimeout(30)
     message, fds, _, _ = socket.recv_fds(ours, 1 << 16, 1)
     if not message or not fds:
-        child.wait(timeout=60)
+        child.wait(timeout=30)
         raise RuntimeError(f"the exporter sent nothing (exit {child.returncode})")
     header, token = message[:-64].rstrip(b"\n"), message[-64:]
     report = json.loads(header)
     report["pid_namespace"] = namespace
     times = report["times_ms"]
+    if "pointer_export_error" in report:  # nothing to import: say what the exporter found
+        os.close(fds[0])
+        ours.send(b"d")
+        child.wait(timeout=30)
+        report["exporter_exit"] = child.returncode
+        return report
     pool = ctypes.c_void_p()
     _timed(lambda: _check(driver.cuMemPoolImportFromShareableHandle(ctypes.byref(pool), ctypes.c_void_p(fds[0]),
                                                                     _POSIX_FD, ctypes.c_ulonglong(0)),
@@ -163,7 +172,7 @@ def importer(elements: int, use_namespace: bool) -> dict:
     report["values_match"] = abs(float(taken.double().sum()) - report["sum"]) <= 1e-6 * max(1.0, abs(report["sum"]))
     _timed(lambda: _check(driver.cuMemFree_v2(pointer), "cuMemFree"), times, "import_free")
     ours.send(b"d")
-    child.wait(timeout=60)
+    child.wait(timeout=30)
     report["exporter_exit"] = child.returncode
     return report
 
@@ -179,7 +188,7 @@ def allocator_costs(elements: int) -> dict:
     costs = {}
     for backend in ("native", "cudaMallocAsync"):
         env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": f"backend:{backend}"}
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
         costs[backend] = float(done.stdout.strip()) if done.returncode == 0 else done.stderr[-300:]
     return costs
 
@@ -199,6 +208,11 @@ def main() -> None:
         result["in_place"] = importer(args.elements, not args.no_namespace)
     except Exception as exc:  # noqa: BLE001 - a probe: say what failed
         result["in_place_error"] = f"{type(exc).__name__}: {exc}"
+        if not args.no_namespace:  # once more without the PID namespace: which of the two failed
+            try:
+                result["in_place_without_namespace"] = importer(args.elements, False)
+            except Exception as again:  # noqa: BLE001
+                result["in_place_without_namespace_error"] = f"{type(again).__name__}: {again}"
     result["relu_ms_by_allocator"] = allocator_costs(args.elements)
     print(json.dumps(result, indent=1))
 

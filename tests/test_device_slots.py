@@ -8,7 +8,6 @@ GPU runs; only the allocator differs. The `gpu` tests run the CUDA allocator its
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -21,7 +20,8 @@ import torch
 
 from kernelopt.kernelbench import load_problem
 from kernelopt.sandbox import EvalOptions, device_slots, evaluate, rules
-from kernelopt.sandbox.records import CallRecord
+from kernelopt.sandbox.calls import OutputsUnreadable, _check_slot_spans
+from kernelopt.sandbox.records import CallRecord, CallReply
 from kernelopt.sandbox.input_files import InputSlot
 from kernelopt.sandbox.worker import commands, device_memory, transfer
 
@@ -434,52 +434,26 @@ def test_a_lie_about_where_the_outputs_are_costs_the_candidate(monkeypatch):
     assert "keeper" not in result.message
 
 
-@pytest.mark.gpu
-def test_a_cuda_slot_exported_by_one_process_is_mapped_by_another():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    torch.cuda.init()
-    mine, fd = device_memory.allocate(device_memory.CUDA, 1 << 20)
-    mine.tensor()[:8] = torch.arange(8, dtype=torch.uint8, device="cuda")
-    torch.cuda.synchronize()
-    child = textwrap.dedent(f"""
-        import os, sys, torch
-        sys.path.insert(0, {str(REPO / 'kernelopt' / 'sandbox')!r})
-        from worker import device_memory
-        torch.cuda.init()
-        theirs = device_memory.open_slot("cuda", int(sys.argv[1]), {mine.size})
-        print(theirs.tensor()[:8].tolist())
-        theirs.tensor()[8] = 77
-        torch.cuda.synchronize()
-    """)
-    done = subprocess.run([sys.executable, "-c", child, str(fd)], pass_fds=(fd,), capture_output=True, text=True,
-                          timeout=120)
-    os.close(fd)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == str(list(range(8)))
-    assert int(mine.tensor()[8]) == 77
-    mine.close()
 
+def test_outputs_said_to_share_bytes_of_the_slot_are_unusable_not_a_keeper_failure():
+    """Two outputs of three quarters of the slot each, both at its start, lie inside it one by
+    one; together they are more than the slot the keeper copies out of."""
+    slot = 1 << 20
+    elements = slot // 4 * 3 // 4
+    meta = [[[elements], "torch.float32", "cpu"]] * 2
 
-@pytest.mark.gpu
-def test_the_keepers_view_of_host_shared_memory_is_page_locked_for_the_copy_engines():
-    """Placing from pageable memory ran at 3.2 GB/s on an H200 (42 ms between windows for a
-    4096^2 matmul's inputs): the keeper registers the host's shared memory with the driver."""
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
-    torch.cuda.init()
-    shared, fd = device_memory.allocate(device_memory.HOST, 64 << 20)
-    os.close(fd)
-    values = torch.randint(0, 256, (shared.size,), dtype=torch.uint8)
-    shared.tensor().copy_(values)
-    assert device_memory.page_lock(shared, 0) and shared.tensor().is_pinned()
-    on_device = shared.tensor().to("cuda")
-    shared.tensor().zero_()
-    shared.tensor().copy_(on_device)
-    assert torch.equal(shared.tensor(), values)
-    shared.close()  # unregistered before the unmap
-    assert not shared.page_locked
+    def reply(spans):
+        return CallReply.model_validate({"called": 1, "structure": "(T,T)", "aliases_input": False,
+                                         "meta": meta, "slot_spans": spans})
 
+    with pytest.raises(OutputsUnreadable, match="same bytes"):
+        _check_slot_spans(reply([[0, elements * 4], [0, elements * 4]]), slot)
+    with pytest.raises(OutputsUnreadable):
+        _check_slot_spans(reply([[0, elements * 4], [elements * 4, elements * 4]]), slot)  # past the end
+    half = [[[slot // 8], "torch.float32", "cpu"]] * 2
+    fitting = CallReply.model_validate({"called": 1, "structure": "(T,T)", "aliases_input": False, "meta": half,
+                                        "slot_spans": [[slot // 2, slot // 2], [0, slot // 2]]})
+    _check_slot_spans(fitting, slot)  # side by side, in any order: fine
 
 @pytest.mark.gpu
 @pytest.mark.gpu_timing

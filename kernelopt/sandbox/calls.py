@@ -215,7 +215,9 @@ def _place(conversation: Conversation, worker: WorkerProcess, slots: WorkerSlots
     of where they are (empty: they travel as the frame's blob), and the keeper's idle probe of
     the device just before the window (ms; None without device slots)."""
     size = len(input_set.packed)
-    if slots is not None and slots.stale(at + size):  # the device slot mirrors the input slot's offsets
+    # The device slot mirrors the input slot's offsets; a set the input slot cannot hold travels
+    # as the frame's blob and needs no device slot of its size.
+    if slots is not None and worker.slot_holds(at + size) and slots.stale(at + size):
         _remake_slots(conversation, worker, slots, at + size)
     placed = worker.place_inputs(input_set.packed, at)
     probe_ms = None
@@ -264,6 +266,12 @@ def _check_slot_spans(reply: CallReply, slot_size: int) -> None:
             raise OutputsUnreadable("the bytes the answer gives an output do not match its shape and dtype")
         if offset < 0 or offset + size > slot_size:
             raise OutputsUnreadable(f"an output at bytes {offset}..{offset + size} of a {slot_size}-byte slot")
+    # The loop copies each output to a place of its own; spans that overlap could add up to more
+    # than the slot, which the keeper's copy-out is sized for.
+    placed = sorted((offset, offset + size) for offset, size in spans if size)
+    for (_, end), (start, _) in zip(placed, placed[1:]):
+        if start < end:
+            raise OutputsUnreadable("the answer puts two outputs in the same bytes of the slot")
 
 
 def _from_slot(slots: WorkerSlots, layouts: list[tuple[list[int], torch.dtype]],

@@ -94,14 +94,19 @@ class Keeper:
         self._drop(self.shared, msg["name"])
         mapping = device_memory.open_slot(device_memory.HOST, fds[0], int(msg["size"]))
         self.shared[msg["name"]] = mapping
-        if self.kind == device_memory.CUDA:
-            device_memory.page_lock(mapping, self.device_index)  # refused: the copies stay pageable
         return {"ok": True}
+
+    def _page_locked(self, name: str, nbytes: int) -> None:
+        """The first `nbytes` of the host's shared memory `name` registered with the driver, for the
+        copy engines (refused: the copies stay pageable)."""
+        if self.kind == device_memory.CUDA:
+            device_memory.page_lock(self.shared[name], self.device_index, nbytes)
 
     def place(self, msg: dict) -> dict:
         at, size = int(msg["at"]), int(msg["size"])
         if self.kind == device_memory.CUDA:
             device_memory.reset_persisting_l2(self.device_index)  # before every window, both sides'
+        self._page_locked(msg["source"], at + size)
         target = self.slots[msg["slot"]].tensor()[at:at + size]
         target.copy_(self.shared[msg["source"]].tensor()[at:at + size])
         poisoned = msg.get("poison")
@@ -155,6 +160,7 @@ class Keeper:
         if msg.get("compare"):
             reply["comparison"] = self._compare(taken, msg["compare"])
         if to_host:
+            self._page_locked(msg["dest"], total)
             self.shared[msg["dest"]].tensor()[:total].copy_(taken)
         check = msg.get("check_inputs")
         if check:
@@ -201,6 +207,7 @@ class Keeper:
         size = int(msg["size"])
         if size > kept.numel():
             raise ValueError(f"{size} bytes asked of {kept.numel()} kept")
+        self._page_locked(msg["dest"], size)
         self.shared[msg["dest"]].tensor()[:size].copy_(kept[:size])
         return {"ok": True}
 

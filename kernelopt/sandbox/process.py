@@ -260,6 +260,10 @@ class WorkerProcess:
         placed = self.place_inputs(packed, at)
         self.send(dict(message, **placed), [] if placed else [packed], deadline)
 
+    def slot_holds(self, end: int) -> bool:
+        """Whether the input slot reaches byte `end` (a set that does not travels as a blob)."""
+        return self.inputs is not None and end <= self.inputs.size
+
     def place_inputs(self, packed: bytes, at: int = 0) -> dict:
         """Write one input set into the worker's input slot at byte `at` and return what the
         call frame says of where (empty where there is no slot, or it does not fit: the inputs

@@ -41,7 +41,7 @@ class Mapping:
                  host_map: mmap.mmap | None = None, handle: int = 0):
         self.kind, self.size, self.device_index = kind, size, device_index
         self.pointer, self.host_map, self.handle = pointer, host_map, handle
-        self.page_locked = False  # a HOST mapping registered with the CUDA driver (page_lock)
+        self.locked_bytes = 0  # how much of a HOST mapping, from its start, is registered with the CUDA driver (page_lock)
         self._tensor: torch.Tensor | None = None
 
     @property
@@ -60,10 +60,14 @@ class Mapping:
                 self._tensor = torch.as_tensor(self, device=f"cuda:{self.device_index}")
         return self._tensor
 
+    @property
+    def page_locked(self) -> bool:
+        return self.locked_bytes > 0
+
     def close(self) -> None:
-        if self.page_locked:  # before the unmap: the driver must not keep pages it was given
+        if self.locked_bytes:  # before the unmap: the driver must not keep pages it was given
             _cuda().cuMemHostUnregister(ctypes.c_void_p(self.pointer))
-            self.page_locked, self.pointer = False, 0
+            self.locked_bytes, self.pointer = 0, 0
         self._tensor = None
         if self.kind == HOST:
             if self.host_map is not None:
@@ -122,20 +126,31 @@ def open_slot(kind: str, fd: int, size: int, device_index: int = 0) -> Mapping:
         os.close(fd)
 
 
-def page_lock(mapping: Mapping, device_index: int) -> bool:
-    """Register a HOST mapping (the host's shared memory, in the keeper) with the CUDA driver, so
-    copies between it and the device run on the copy engines straight from it. From pageable
-    memory the driver stages every copy: placing a 4096^2 matmul's 134 MB of inputs took 42 ms
-    on an H200 (3.2 GB/s), between every two windows. False where the driver refuses: the
-    copies then stay as they were."""
-    if mapping.kind != HOST or mapping.page_locked:
-        return mapping.page_locked
+LOCK_STEP = 64 << 20  # page_lock's granularity: a few registrations as a slot's use grows
+
+
+def page_lock(mapping: Mapping, device_index: int, nbytes: int) -> bool:
+    """Register at least the first `nbytes` of a HOST mapping (the host's shared memory, in the
+    keeper) with the CUDA driver, so copies between it and the device run on the copy engines
+    straight from it. From pageable memory the driver stages every copy: placing a 4096^2
+    matmul's 134 MB of inputs took 42 ms on an H200 (3.2 GB/s), between every two windows.
+    Only the part in use is registered, since registering makes every page of it resident and
+    unreclaimable, and an input slot is a sparse 4 GiB file: the registration grows (at least
+    doubling, in LOCK_STEP steps) as the calls reach further, outside any window. False where
+    the driver refuses: the copies then stay as they were."""
+    if mapping.kind != HOST:
+        return False
+    if nbytes <= mapping.locked_bytes:
+        return True
+    want = min(mapping.size, max(-(-nbytes // LOCK_STEP) * LOCK_STEP, 2 * mapping.locked_bytes))
     _current_context(device_index)
+    driver = _cuda()
+    if mapping.locked_bytes:
+        driver.cuMemHostUnregister(ctypes.c_void_p(mapping.pointer))
+        mapping.locked_bytes = 0
     pointer = mapping.tensor().data_ptr()
-    status = _cuda().cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(mapping.size),
-                                          ctypes.c_uint(0))
-    if status == 0:
-        mapping.page_locked, mapping.pointer = True, pointer
+    if driver.cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(want), ctypes.c_uint(0)) == 0:
+        mapping.locked_bytes, mapping.pointer = want, pointer
     return mapping.page_locked
 
 
