@@ -17,7 +17,7 @@ import torch.nn as nn
 _measure = sys.modules.get("worker.measure")
 
 
-def _cheap_describe(output, inputs, transport):
+def _cheap_describe(output, inputs, transport, slot=None):
     tensors = [output] if isinstance(output, torch.Tensor) else list(output)
     described = {"structure": "T", "aliases_input": False,
                  "meta": [[list(t.shape), str(t.dtype), str(t.device)] for t in tensors]}
