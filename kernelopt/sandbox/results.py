@@ -211,6 +211,9 @@ class Isolation(BaseModel):
                         "kernel-enforced group: frozen, charged and killed whole), docker (the container's "
                         "cgroup), or none (the host walked the process tree; the verdict is flagged uncontained)")
     containment_detail: str = Field("", description="the mechanism, and why no stronger one is used here")
+    timers_denied: bool = Field(False, description="the candidate's worker could arm no timer (a seccomp filter "
+                                "refused timerfd_create, timer_create, setitimer, alarm, io_uring_setup), so "
+                                "nothing it left armed ran while it was frozen")
     warnings: list[str] = Field(default_factory=list)
 
 

@@ -456,7 +456,12 @@ def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None, fds
         # Map the placement window's pages now (the host wrote them): a call never faults them in.
         window = min(len(worker.inputs_map), 32 << 20)
         sum(worker.inputs_map[offset] for offset in range(0, window, mmap.PAGESIZE))
-    wire.write_frame(out_fd, {"ok": True, "hello": wire.PROTOCOL_VERSION, "pid": os.getpid()})
+    hello: dict[str, object] = {"ok": True, "hello": wire.PROTOCOL_VERSION, "pid": os.getpid()}
+    if role == "candidate":  # before any program code: nothing of it may leave a timer armed
+        from . import syscall_filter
+
+        hello["timer_filter"] = syscall_filter.install()  # "": it holds; else why not
+    wire.write_frame(out_fd, hello)
     while True:
         try:
             msg, frame_blobs = reader.read()
