@@ -72,7 +72,7 @@ def test_an_honest_candidate_is_correct_in_containers_whose_cgroup_the_host_hold
     assert "frozen, charged and killed by the host" in result.isolation.containment_detail, (
         "a local daemon's container cgroup is adopted: the host freezes and charges it itself")
     assert "uncontained" not in result.flags
-    assert result.isolation.timers_denied, "the worker's timer filter holds under docker's own seccomp profile"
+    assert result.isolation.wakeup_sources_denied, "the worker's timer filter holds under docker's own seccomp profile"
     assert not mine(client), "no container outlives its evaluation"
 
 

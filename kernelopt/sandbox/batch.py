@@ -416,7 +416,7 @@ class _WorkerStarter:
         if hello.get("hello") != PROTOCOL_VERSION:
             worker.close()
             raise SandboxError(f"worker protocol {hello.get('hello')!r} != host protocol {PROTOCOL_VERSION}")
-        worker.timer_filter = hello.get("timer_filter")
+        worker.wakeup_filter = hello.get("wakeup_filter")
         _open_device_slots(worker, self.timeout)
         worker.record_baseline()
 

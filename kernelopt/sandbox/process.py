@@ -181,7 +181,7 @@ class WorkerProcess:
         self._fds: socket.socket | None = None  # where descriptors of device slots go to the worker
         self.outbox: Outbox | None = None  # the reference's, once the host knows its sets' size (outbox.py)
         self.set_bytes = 0  # the largest input set this worker has made
-        self.timer_filter: str | None = None  # a candidate's, from its hello: "" once timers are denied, else why not
+        self.wakeup_filter: str | None = None  # a candidate's, from its hello: "" once wake-up sources are denied, else why not
         environment = isolation.scrubbed_environment(scratch, _device_environment(device))
         # A container gets no descriptors beyond its attached streams: its slot is a tmpfs file,
         # bind-mounted read-only (input_files.py).

@@ -211,9 +211,10 @@ class Isolation(BaseModel):
                         "kernel-enforced group: frozen, charged and killed whole), docker (the container's "
                         "cgroup), or none (the host walked the process tree; the verdict is flagged uncontained)")
     containment_detail: str = Field("", description="the mechanism, and why no stronger one is used here")
-    timers_denied: bool = Field(False, description="the candidate's worker could arm no timer (a seccomp filter "
-                                "refused timerfd_create, timer_create, setitimer, alarm, io_uring_setup), so "
-                                "nothing it left armed ran while it was frozen")
+    wakeup_sources_denied: bool = Field(
+        False, description="the candidate's worker could make nothing the kernel wakes by itself while it is frozen "
+                           "(a seccomp filter refused timers, sockets other than AF_UNIX and asynchronous I/O), so no "
+                           "work of its objects ran, and was charged, in the reference's turns")
     warnings: list[str] = Field(default_factory=list)
 
 

@@ -51,13 +51,14 @@ def load_message(backend: isolation.Backend, device: str, scratch: Path, *,
                          candidate_path=str(scratch / "candidate.py") if with_candidate else None)
 
 
-def _timer_warning(worker) -> list[str]:
-    """A candidate whose worker could not deny itself timers (worker/syscall_filter.py) could
-    leave work for the kernel to do during the reference's turns: the verdict says so."""
-    if worker is None or worker.timer_filter in ("", None):
+def _wakeup_warning(worker) -> list[str]:
+    """A candidate whose worker could not deny itself timers, sockets and asynchronous I/O
+    (worker/syscall_filter.py) could leave the kernel work to do in the reference's turns: the
+    verdict says so."""
+    if worker is None or worker.wakeup_filter in ("", None):
         return []
-    return [f"the candidate's worker was not denied timers ({worker.timer_filter}): work it left armed could "
-            "run, and be charged, in the reference's turns"]
+    return [f"the candidate's worker could still arm timers and open sockets ({worker.wakeup_filter}): work the "
+            "kernel did for them while it was frozen could be charged to the reference"]
 
 
 class CandidateSession:
@@ -378,8 +379,8 @@ class CandidateSession:
                          + (", backed by the kernel's memory limit of the group"
                             if worker is not None and worker.kernel_memory_limit else ""),
                          containment=kind, containment_detail=worker.containment_record if worker is not None else "",
-                         timers_denied=worker is not None and worker.timer_filter == "",
-                         warnings=list(b.warnings) + _timer_warning(worker))
+                         wakeup_sources_denied=worker is not None and worker.wakeup_filter == "",
+                         warnings=list(b.warnings) + _wakeup_warning(worker))
 
     def close(self) -> None:
         """Discard the candidate's worker and directory; the reference worker is not ours."""

@@ -457,10 +457,10 @@ def serve(role: str, cmd_fd: int, out_fd: int, inputs_fd: int | None = None, fds
         window = min(len(worker.inputs_map), 32 << 20)
         sum(worker.inputs_map[offset] for offset in range(0, window, mmap.PAGESIZE))
     hello: dict[str, object] = {"ok": True, "hello": wire.PROTOCOL_VERSION, "pid": os.getpid()}
-    if role == "candidate":  # before any program code: nothing of it may leave a timer armed
+    if role == "candidate":  # before any program code: nothing it makes may wake while it is frozen
         from . import syscall_filter
 
-        hello["timer_filter"] = syscall_filter.install()  # "": it holds; else why not
+        hello["wakeup_filter"] = syscall_filter.install()  # "": it holds; else why not
     wire.write_frame(out_fd, hello)
     while True:
         try:

@@ -1,19 +1,26 @@
-"""The candidate's worker may not arm anything the kernel runs by itself while the worker is frozen.
+"""The candidate's worker may not make anything the kernel wakes by itself while the worker is frozen.
 
-A frozen group runs nothing of its own, but timers it armed before the freeze still expire, on
-the CPU they were armed on: the timed calls' core, where the other side's window runs next. An
-expiry's work is done in interrupt context and, without the kernel's IRQ time accounting (off in
-most distributions' kernels), charged to whichever task is running there: the reference. A
-timerfd watched by a thousand epoll instances runs a thousand wake-up callbacks per expiry, about
-0.3 ms on the 2-core VM; armed to expire through the reference's turns, such timers read an exact
-copy of KernelBench's 88_MinGPTNewGelu at 1.85x-1.97x, correct and unflagged (2026-11-29,
-`tests/adversarial/hacks/timers_fire_in_the_reference_turn.py`). Everything else that wakes a
-frozen group's kernel objects without it running (signals from a timer, io_uring's timeouts)
-also starts from a timer: so the worker, before any program code runs, installs a seccomp filter
-on every thread of its process (and, inherited, of everything it starts) that answers the calls
-creating one with EPERM: timerfd_create, timer_create, setitimer, alarm and io_uring_setup.
-Sleeping with a timeout (time.sleep, poll, futex waits) stays allowed: a frozen thread's sleep is
-interrupted by the freeze and wakes nothing but that thread.
+A frozen group runs nothing of its own, but the kernel still acts on its objects: a timer it armed
+expires, a loopback TCP flow it paced releases its next segment. That work runs in interrupt or
+softirq context on the CPU the object lives on, the timed calls' core, where the other side's
+window runs next; without the kernel's IRQ time accounting (off in most distributions' kernels)
+it is charged to whichever task is running there: the reference. Alone each event is small; the
+amplifier is epoll, whose every registration on the woken object runs a callback, so a program
+that registers the object a thousand or ten thousand times over makes each event cost a
+millisecond of the reference's time. Two red-team candidates did exactly this to exact copies and
+read correct at 1.8x-2.0x (one-shot timerfds armed through the reference's turns:
+`tests/adversarial/hacks/timers_fire_in_the_reference_turn.py`) and 1.6x (a loopback TCP flow
+paced by the kernel, released segment by segment while frozen:
+`tests/adversarial/hacks/loopback_pacing_fires_in_the_reference_turn.py`), 2026-11-29.
+
+Nothing the candidate needs wakes by itself, so the worker, before any program code runs,
+installs a seccomp filter on every thread of its process (and, inherited, of everything it
+starts) that refuses with EPERM every call that makes such a source: timers (timerfd_create,
+timer_create, setitimer, alarm), sockets of any family but AF_UNIX (TCP and UDP with their kernel
+timers, netlink's kernel events, packet sockets), and asynchronous I/O whose completion arrives
+later (io_setup, io_uring_setup). What stays allowed wakes only a thread that is waiting, and the
+freeze interrupts every wait: sleeping with a timeout, pipes and AF_UNIX sockets, whose other
+ends are the host's (silent while the reference runs) or the group's own (frozen).
 
 Unknown architectures get no filter (`install` says so, and the verdict carries it); a 32-bit or
 x32 system call from the 64-bit worker, which a program could make to slip past the numbers
@@ -25,16 +32,18 @@ from __future__ import annotations
 import ctypes
 import errno
 import platform
+import socket
 import struct
 
-# Per architecture: the seccomp audit value and the numbers of the calls refused.
+# Per architecture: the seccomp audit value, the numbers of the calls refused, and socket's.
 _ARCHITECTURES = {
     "x86_64": (0xC000003E, {"timerfd_create": 283, "timer_create": 222, "setitimer": 38, "alarm": 37,
-                            "io_uring_setup": 425}),
-    "aarch64": (0xC00000B7, {"timerfd_create": 85, "timer_create": 107, "setitimer": 103,
-                             "io_uring_setup": 425}),
+                            "io_setup": 206, "io_uring_setup": 425}, 41),
+    "aarch64": (0xC00000B7, {"timerfd_create": 85, "timer_create": 107, "setitimer": 103, "io_setup": 0,
+                             "io_uring_setup": 425}, 198),
 }
-DENIED = ("timerfd_create", "timer_create", "setitimer", "alarm", "io_uring_setup")
+DENIED = ("timerfd_create", "timer_create", "setitimer", "alarm", "io_setup", "io_uring_setup",
+          "socket (any family but AF_UNIX)")
 
 _X32_BIT = 0x40000000  # x86_64's x32 ABI: the same calls under other numbers
 _SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
@@ -44,15 +53,37 @@ _SECCOMP_FILTER_FLAG_TSYNC = 1  # every thread of the process, not only the call
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 
-# Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}.
+# Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]} (little-endian:
+# the low word of args[0] at byte 16).
 _LOAD_WORD = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JUMP_IF_EQUAL = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 _JUMP_IF_AT_LEAST = 0x35  # BPF_JMP | BPF_JGE | BPF_K
 _RETURN = 0x06  # BPF_RET | BPF_K
+_ARCH, _NUMBER, _FIRST_ARGUMENT = 4, 0, 16
 
 
 class _Program(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _assemble(steps: list) -> bytes:
+    """sock_filter instructions from (code, if_true, if_false, k) steps whose jump targets may be
+    label names, and label names alone marking where they lead."""
+    labels, position = {}, 0
+    for step in steps:
+        if isinstance(step, str):
+            labels[step] = position
+        else:
+            position += 1
+    code, position = [], 0
+    for step in steps:
+        if isinstance(step, str):
+            continue
+        op, if_true, if_false, k = step
+        jumps = [labels[target] - position - 1 if isinstance(target, str) else target for target in (if_true, if_false)]
+        code.append(struct.pack("=HBBI", op, jumps[0], jumps[1], k))
+        position += 1
+    return b"".join(code)
 
 
 def program(machine: str) -> bytes | None:
@@ -60,20 +91,19 @@ def program(machine: str) -> bytes | None:
     where its system call numbers are not known here."""
     if machine not in _ARCHITECTURES:
         return None
-    audit_arch, numbers = _ARCHITECTURES[machine]
-    refuse = _RET_ERRNO | errno.EPERM
-    steps = [(_LOAD_WORD, 0, 0, 4),  # arch
-             (_JUMP_IF_EQUAL, 1, 0, audit_arch),
-             (_RETURN, 0, 0, refuse),  # another ABI's calls (int 0x80 on x86_64): none of ours
-             (_LOAD_WORD, 0, 0, 0)]  # the call's number
+    audit_arch, numbers, socket_number = _ARCHITECTURES[machine]
+    steps: list = [(_LOAD_WORD, 0, 0, _ARCH),
+                   (_JUMP_IF_EQUAL, 0, "refuse", audit_arch),  # another ABI's calls (int 0x80): none of ours
+                   (_LOAD_WORD, 0, 0, _NUMBER)]
     if machine == "x86_64":
-        steps += [(_JUMP_IF_AT_LEAST, 0, 1, _X32_BIT), (_RETURN, 0, 0, refuse)]
-    denied = sorted(numbers.values())
-    for position, number in enumerate(denied):
-        # Equal: jump over the remaining tests and the allow to the refusal at the end.
-        steps.append((_JUMP_IF_EQUAL, len(denied) - position, 0, number))
-    steps += [(_RETURN, 0, 0, _RET_ALLOW), (_RETURN, 0, 0, refuse)]
-    return b"".join(struct.pack("=HBBI", *step) for step in steps)
+        steps.append((_JUMP_IF_AT_LEAST, "refuse", 0, _X32_BIT))
+    steps += [(_JUMP_IF_EQUAL, "refuse", 0, number) for number in sorted(numbers.values())]
+    steps += [(_JUMP_IF_EQUAL, 0, "allow", socket_number),
+              (_LOAD_WORD, 0, 0, _FIRST_ARGUMENT),  # socket's family
+              (_JUMP_IF_EQUAL, "allow", "refuse", socket.AF_UNIX),
+              "allow", (_RETURN, 0, 0, _RET_ALLOW),
+              "refuse", (_RETURN, 0, 0, _RET_ERRNO | errno.EPERM)]
+    return _assemble(steps)
 
 
 def install() -> str:
