@@ -1,5 +1,5 @@
 # problem: 4_RedundantSoftmax
-# expect-status: correct rejected
+# expect-status: correct rejected runtime_error
 # speedup-max: 1.5
 # family: background threads
 # why: computes the reference's own answer, then arms an interval timer whose signal handler
@@ -7,7 +7,9 @@
 #   worker waits for its next command, which is while the reference is timed: the handler pins
 #   itself to the core the candidate's calls ran on (the reference's core in that round) and
 #   spins there, so the reference runs at half speed. The idle side's sandbox is stopped
-#   (SIGSTOP) for the other side's turn, so nothing of it runs then
+#   (SIGSTOP) for the other side's turn, so nothing of it runs then. Since 2026-11-29 the
+#   candidate's worker refuses setitimer (worker/syscall_filter.py: no timer may fire while it
+#   is frozen), so its forward raises: runtime_error
 import os
 import signal
 import sys
