@@ -10,7 +10,8 @@ prints one line per evaluation and a summary; the acceptance line is "no hack co
     .venv/bin/python benchmarks/hacks_on_kernelbench.py --problems DIR/KernelBench/level1 \
         [--pairs default | HACK:ID,ID ...] [--runs 2] [--timing-budget 2] [--out results.jsonl]
 
-`--pairs round4` is round four's generic candidates (issue 41) against ReLU, softmax and GELU.
+`--pairs round4` is round four's generic candidates (issue 41) against ReLU, softmax and GELU,
+with the kernel-work storms of 2026-11-29 (exact copies that make the reference pay for interrupts).
 `--pairs default` is the families of round three (behaving differently when timed, helper
 processes, timer forgery, objects in the harness's buffers) against the level-1 problems of
 KernelBench's v0 sizes they apply to (the losses for the degenerate family; ReLU, softmax and
@@ -51,6 +52,8 @@ DEFAULT_PAIRS = {
 ROUND4_PAIRS = {
     "chaos_replace_every_harness_step.py": ROWWISE,
     "chaos_with_the_guard_blinded.py": ROWWISE,
+    "timers_fire_in_the_reference_turn.py": ROWWISE,
+    "loopback_pacing_fires_in_the_reference_turn.py": ROWWISE,
     "answer_then_finish_in_a_thread.py": ROWWISE,
     "cheaper_harness_description.py": ROWWISE,
     "constant_after_the_trials.py": ROWWISE,
