@@ -92,6 +92,12 @@ if self.calls == 1:
     except OSError:
         print("root: read-only", file=sys.stderr)
     print("uid", os.getuid(), "capeff", open("/proc/self/status").read().split("CapEff:")[1].split()[0], file=sys.stderr)
+    # Groups below the root it sees (v2), or below each v1 controller's root: none but its own root.
+    roots = ["/sys/fs/cgroup"] if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else [
+        "/sys/fs/cgroup/" + entry for entry in os.listdir("/sys/fs/cgroup")]
+    groups = [root + "/" + entry for root in roots if os.path.isdir(root) for entry in os.listdir(root)
+              if os.path.isdir(root + "/" + entry)]
+    print("groups seen", groups, file=sys.stderr)
 """)
     result = evaluate(load_problem(RELU), probe, quick(fast_options))
     assert result.status == "correct", result.message
@@ -99,6 +105,7 @@ if self.calls == 1:
     assert "interfaces ['lo']" in output and "network: refused" in output
     assert "root: read-only" in output
     assert "uid 0 " not in output and "capeff 0000000000000000" in output
+    assert "groups seen []" in output, "its own cgroup namespace: no other worker's group in sight"
 
 
 def test_a_fork_bomb_meets_the_containers_pids_limit(client, fast_options):

@@ -4,6 +4,7 @@ for the file system, planted environment variables and dotfiles for secrets)."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -202,3 +203,52 @@ def test_home_dotfile_secrets_do_not_leak(monkeypatch, tmp_path):
         {**ENV_SECRETS, ".netrc": netrc_secret, ".env": env_file_secret, ".aws": aws_secret},
     )
     assert result.status == "correct", describe(result)
+
+
+KERNEL_SETTINGS_PROBE = '''
+import json, os
+import torch
+import torch.nn as nn
+
+found = {"writable": [], "cap_eff": None, "groups_seen": None}
+for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/stat_interval", "/proc/sysrq-trigger"):
+    try:
+        os.close(os.open(path, os.O_WRONLY))  # opened only: nothing is written
+        found["writable"].append(path)
+    except OSError:
+        pass
+for line in open("/proc/self/status"):
+    if line.startswith("CapEff:"):
+        found["cap_eff"] = int(line.split()[1], 16)
+try:
+    found["groups_seen"] = [name for name in os.listdir("/sys/fs/cgroup") if "kernelopt" in name]
+except OSError:
+    found["groups_seen"] = []
+print("PROBE " + json.dumps(found), flush=True)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "unshare"])
+def test_the_sandbox_leaves_no_kernel_setting_writable_and_no_other_group_visible(backend):
+    """As root, a sandbox's root is the host's: /proc/sys's files are root's to write without any
+    capability (kernel.core_pattern runs a program as the host's root), and the host's cgroup
+    files, the reference's among them, would be there to watch (their freeze notifications run in
+    the reference's context: hacks/cgroup_events_of_the_reference.py). The candidate opens the
+    settings for writing (writing nothing) and lists the groups."""
+    if backend == "bubblewrap" and shutil.which("bwrap") is None:
+        pytest.skip("needs bwrap")
+    if backend == "unshare" and shutil.which("unshare") is None:
+        pytest.skip("needs unshare")
+    result = evaluate_file(PROBLEMS / "1_ReLU.py", KERNEL_SETTINGS_PROBE, referee_options(isolation=backend))
+    assert result.status == "correct", describe(result)
+    line = next(line for line in result.candidate_output.splitlines() if line.startswith("PROBE "))
+    found = json.loads(line.removeprefix("PROBE "))
+    assert found["writable"] == [], found
+    assert found["groups_seen"] == [], found
+    if os.geteuid() == 0:
+        assert found["cap_eff"] == 0, found

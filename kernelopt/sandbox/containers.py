@@ -93,6 +93,9 @@ def container_config(image: str, command: list[str], scratch: Path, device: str,
         "memswap_limit": limits.memory_bytes,  # no swap beyond the memory limit
         "shm_size": limits.shm_bytes,
         "ipc_mode": "private",
+        # Its own cgroup namespace: the other workers' groups (the reference's cgroup.events, whose
+        # notifications run in the reference's context) are out of its sight on any host.
+        "cgroupns": "private",
         "environment": {k: v for k, v in environment.items() if k not in _HOST_ONLY_VARIABLES},
         "labels": {OWNER_LABEL: owner},
     }

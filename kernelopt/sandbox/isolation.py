@@ -223,7 +223,9 @@ def cgroup_escape(backend: Backend) -> str:
 
 
 # The unshare worker's confinement of the cgroup filesystem: /sys becomes a fresh read-only sysfs,
-# which has no cgroup mounts under it, and the worker keeps no capabilities (bounding and
+# which has no cgroup mounts under it, its /proc is made read-only (as root, /proc/sys's files are
+# the worker's to write without any capability: kernel.core_pattern runs a program of its choice
+# as the host's root), and the worker keeps no capabilities (bounding and
 # inheritable sets emptied, no new privileges), so it can neither write the host's cgroup files nor
 # mount a cgroup filesystem of its own: its processes stay in the group the host made for it. As
 # root the mount must work; in a user namespace (not root) /sys's cgroup files are not the
@@ -232,7 +234,7 @@ def cgroup_escape(backend: Backend) -> str:
 # shell cannot exec it as its last): as init the worker would ignore its own SIGKILL and adopt
 # every orphan, where under bubblewrap it does neither; the same candidate must meet the same
 # sandbox under either backend (seen on an H200, where unshare was the default).
-_CONFINE = ('mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys {then} '
+_CONFINE = ('mount -t sysfs -o ro,nosuid,nodev,noexec sysfs /sys {then} mount -o remount,bind,ro /proc {then} '
             'setpriv --no-new-privs --bounding-set=-all --inh-caps=-all -- "$@"; exit $?')
 
 
@@ -244,7 +246,8 @@ def _unshare_prefix() -> list[str]:
 
 def _bubblewrap_prefix(scratch: Path, device: str, read_only: tuple[Path, ...] = ()) -> list[str]:
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all",
-            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+            "--ro-bind", "/", "/", "--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev"]
+    args += _kernel_confinement()
     if device.startswith("cuda"):
         for node in sorted(Path("/dev").glob("nvidia*")):
             args += ["--dev-bind", str(node), str(node)]
@@ -258,6 +261,23 @@ def _bubblewrap_prefix(scratch: Path, device: str, read_only: tuple[Path, ...] =
         if Path(path).is_dir():
             args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
+    return args
+
+
+def _kernel_confinement() -> list[str]:
+    """What bubblewrap adds to keep the kernel's settings and the other workers' groups out of
+    reach. As root, its sandbox's root is the host's (uid 0 maps to 0) with every capability kept
+    unless dropped: a program could remount /proc writable or mount a proc of its own and write
+    the kernel's settings, since /proc/sys's files are the global root's to write
+    (kernel.core_pattern runs a program of its choice as the host's root); so it keeps none, and
+    the read-only /proc stays so. Whoever runs it, /sys/fs/cgroup shows every group, the
+    reference's among them, and their cgroup.events are readable by all: notifications of the
+    reference's freezes run in the reference's context, and registered 400,000 times over in
+    epoll they made an exact copy read 7.4x-7.9x (2026-11-29). So the sandbox gets an empty one
+    (the host keeps the groups from outside)."""
+    args = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
+    if os.path.isdir("/sys/fs/cgroup"):
+        args += ["--tmpfs", "/sys/fs/cgroup"]
     return args
 
 
