@@ -79,6 +79,36 @@ def test_only_the_part_of_host_memory_in_use_is_page_locked_and_it_grows_by_doub
         shared.close()
     assert asked[-1] == ("unregister", None) and not shared.page_locked
 
+
+def test_a_registration_the_driver_refuses_keeps_what_was_held_and_is_not_asked_again(monkeypatch):
+    """A refusal would otherwise be asked for again before every window."""
+    step = device_memory.LOCK_STEP
+    asked = []
+
+    class Driver:  # registers up to two steps, refuses more
+        def cuMemHostRegister_v2(self, pointer, size, flags):
+            asked.append(("register", size.value))
+            return 0 if size.value <= 2 * step else 1
+
+        def cuMemHostUnregister(self, pointer):
+            asked.append(("unregister", None))
+            return 0
+
+    monkeypatch.setattr(device_memory, "_cuda", Driver)
+    monkeypatch.setattr(device_memory, "_current_context", lambda index: None)
+    shared, fd = device_memory.allocate(device_memory.HOST, 5 * step)
+    os.close(fd)
+    try:
+        assert device_memory.page_lock(shared, 0, step) and shared.locked_bytes == step
+        assert not device_memory.page_lock(shared, 0, 3 * step)  # refused: the first step is held again
+        assert shared.locked_bytes == step and shared.lock_refused
+        assert device_memory.page_lock(shared, 0, step)  # within what is held
+        assert not device_memory.page_lock(shared, 0, 4 * step)  # not asked again
+        assert asked == [("register", step), ("unregister", None), ("register", 3 * step), ("register", step)]
+    finally:
+        shared.close()
+
+
 @pytest.mark.gpu
 def test_the_keepers_view_of_host_shared_memory_is_page_locked_for_the_copy_engines():
     """Placing from pageable memory ran at 3.2 GB/s on an H200 (42 ms between windows for a

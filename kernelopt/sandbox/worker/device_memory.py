@@ -42,6 +42,7 @@ class Mapping:
         self.kind, self.size, self.device_index = kind, size, device_index
         self.pointer, self.host_map, self.handle = pointer, host_map, handle
         self.locked_bytes = 0  # how much of a HOST mapping, from its start, is registered with the CUDA driver (page_lock)
+        self.lock_refused = False  # the driver refused to register more of it: page_lock asks no more
         self._tensor: torch.Tensor | None = None
 
     @property
@@ -137,21 +138,27 @@ def page_lock(mapping: Mapping, device_index: int, nbytes: int) -> bool:
     Only the part in use is registered, since registering makes every page of it resident and
     unreclaimable, and an input slot is a sparse 4 GiB file: the registration grows (at least
     doubling, in LOCK_STEP steps) as the calls reach further, outside any window. False where
-    the driver refuses: the copies then stay as they were."""
+    the driver refuses: what was registered before stays, the copies beyond it stay pageable,
+    and the driver is not asked again (every window would pay for its refusal)."""
     if mapping.kind != HOST:
         return False
-    if nbytes <= mapping.locked_bytes:
-        return True
-    want = min(mapping.size, max(-(-nbytes // LOCK_STEP) * LOCK_STEP, 2 * mapping.locked_bytes))
+    if nbytes <= mapping.locked_bytes or mapping.lock_refused:
+        return nbytes <= mapping.locked_bytes
+    held = mapping.locked_bytes
+    want = min(mapping.size, max(-(-nbytes // LOCK_STEP) * LOCK_STEP, 2 * held))
     _current_context(device_index)
     driver = _cuda()
-    if mapping.locked_bytes:
+    if held:
         driver.cuMemHostUnregister(ctypes.c_void_p(mapping.pointer))
         mapping.locked_bytes = 0
     pointer = mapping.tensor().data_ptr()
-    if driver.cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(want), ctypes.c_uint(0)) == 0:
-        mapping.locked_bytes, mapping.pointer = want, pointer
-    return mapping.page_locked
+    for size in (want, held):
+        if size and driver.cuMemHostRegister_v2(ctypes.c_void_p(pointer), ctypes.c_size_t(size),
+                                                ctypes.c_uint(0)) == 0:
+            mapping.locked_bytes, mapping.pointer = size, pointer
+            break
+        mapping.lock_refused = True
+    return nbytes <= mapping.locked_bytes
 
 
 def reset_persisting_l2(device_index: int) -> bool:
